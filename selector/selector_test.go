@@ -1,0 +1,151 @@
+package selector
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestParseAccepts ensures every form of the grammar parses and renders to a
+// canonical string the API server accepts.
+func TestParseAccepts(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"Equality", "app=webapp", "app=webapp"},
+		{"DoubleEquals", "app==webapp", "app=webapp"},
+		{"BlanksAroundTokens", "  app = webapp , tier  in ( a , b ) ", "app=webapp,tier in (a,b)"},
+		{"Exists", "app", "app"},
+		{"PrefixedKey", "k8spatterns.io/app=web_app-1.2", "k8spatterns.io/app=web_app-1.2"},
+		{"EmptyValue", "app=", "app="},
+		{"PositivePlusNegative", "app=webapp,!canary,tier!=db,env notin (dev)", "app=webapp,!canary,tier!=db,env notin (dev)"},
+		{"SetDeduplicated", "tier in (a,b,a)", "tier in (a,b)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse(tt.in)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, s.String())
+			again, err := Parse(s.String())
+			require.NoError(t, err, "canonical form must parse again")
+			assert.Equal(t, s.String(), again.String())
+		})
+	}
+}
+
+// TestParseRefuses ensures each class of dangerous or malformed selector is
+// refused with a reason, so no request is ever built from it.
+func TestParseRefuses(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantErr error  // a sentinel, or nil to expect a *SyntaxError
+		reason  string // part of the message
+	}{
+		{"Empty", "", ErrEmpty, ""},
+		{"Blank", " \t\n", ErrEmpty, ""},
+		{"OnlyNotExists", "!app", ErrNoPositiveRequirement, ""},
+		{"OnlyNotEquals", "app!=webapp", ErrNoPositiveRequirement, ""},
+		{"OnlyNotIn", "app notin (a,b)", ErrNoPositiveRequirement, ""},
+		{"OnlyNegativesCombined", "!a,b!=c,d notin (e)", ErrNoPositiveRequirement, ""},
+		{"UnclosedSet", "app in (", nil, "expected a value or ')'"},
+		{"UnclosedSetAfterValue", "app in (a", nil, "expected ',' or ')'"},
+		{"EmptySet", "app in ()", nil, "value set is empty"},
+		{"SetWithoutParens", "app in a", nil, "expected '('"},
+		{"UnknownOperator", "app is webapp", nil, "expected an operator"},
+		{"NumericComparison", "replicas>1", nil, "not supported"},
+		{"TrailingComma", "app=webapp,", nil, "expected a label key"},
+		{"LeadingComma", ",app=webapp", nil, "expected a label key"},
+		{"DoubleOperator", "app==!webapp", nil, "expected a label value"},
+		{"AmpersandInjection", "app=webapp&fieldSelector=x", nil, "not allowed"},
+		{"QueryInjection", "app=webapp?x", nil, "not allowed"},
+		{"FragmentInjection", "app=web#x", nil, "not allowed"},
+		{"PercentEscape", "app=web%26x", nil, "not allowed"},
+		{"SlashInValue", "app=a/b", nil, "not allowed"},
+		{"NonASCIIValue", "app=wébapp", nil, "not allowed"},
+		{"ValueTooLong", "app=" + strings.Repeat("a", 64), nil, "longer than 63"},
+		{"KeyNameTooLong", strings.Repeat("k", 64) + "=v", nil, "longer than 63"},
+		{"PrefixTooLong", strings.Repeat("a", 254) + "/k=v", nil, "longer than 253"},
+		{"UppercasePrefix", "Example.com/k=v", nil, "DNS-1123"},
+		{"EmptyKeyName", "example.com/=v", nil, "name part is empty"},
+		{"ValueStartsWithDash", "app=-web", nil, "start and end"},
+		{"MissingSeparator", "app=webapp tier=db", nil, "expected ','"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse(tt.in)
+			require.Error(t, err)
+			assert.Nil(t, s)
+			if tt.wantErr != nil {
+				assert.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			var se *SyntaxError
+			require.True(t, errors.As(err, &se), "want *SyntaxError, got %T: %v", err, err)
+			assert.Contains(t, err.Error(), tt.reason)
+		})
+	}
+}
+
+// TestMatches ensures local matching agrees with the API server's semantics,
+// including that negative terms match pods without the key.
+func TestMatches(t *testing.T) {
+	web := map[string]string{"app": "webapp", "tier": "front"}
+	tests := []struct {
+		name, sel string
+		labels    map[string]string
+		want      bool
+	}{
+		{"EqualsMatches", "app=webapp", web, true},
+		{"EqualsOtherValue", "app=db", web, false},
+		{"EqualsMissingKey", "team=x", web, false},
+		{"ExistsMatches", "tier", web, true},
+		{"NotExistsExcludes", "app,!tier", web, false},
+		{"NotEqualsAbsentKeyMatches", "app,team!=x", web, true},
+		{"InMatches", "tier in (back,front)", web, true},
+		{"InMissingKey", "team in (a)", web, false},
+		{"NotInExcludes", "app,tier notin (front)", web, false},
+		{"AllMustHold", "app=webapp,tier=back", web, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse(tt.sel)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, s.Matches(tt.labels))
+		})
+	}
+}
+
+// FuzzParse ensures the parser never panics and that whatever it accepts has
+// a positive requirement and a canonical form that parses to itself.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"app=webapp", "a in (b,c),!d", "x notin (", "k8spatterns.io/a==b", "!", "a>1", "(", "a=b,c!=d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := Parse(in)
+		if err != nil {
+			return
+		}
+		again, err := Parse(s.String())
+		if err != nil {
+			t.Fatalf("canonical form %q of %q does not parse: %v", s.String(), in, err)
+		}
+		if again.String() != s.String() {
+			t.Fatalf("canonical form not stable: %q -> %q", s.String(), again.String())
+		}
+	})
+}
+
+// BenchmarkParse measures parsing a typical selector.
+func BenchmarkParse(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse("app=webapp,tier in (front,back),!canary"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
