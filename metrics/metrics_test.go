@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"bufio"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parse reads an exposition back into series name{labels} -> value, failing
+// on any line that is not a comment or a well-formed sample.
+func parse(t *testing.T, text string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "# HELP ") || strings.HasPrefix(line, "# TYPE ") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, "sample line %q", line)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, "sample line %q", line)
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestExpositionParsesBack ensures every kind of metric is written in a form
+// a Prometheus parser reads back with the right values.
+func TestExpositionParsesBack(t *testing.T) {
+	r := NewRegistry()
+	c := r.NewCounter("x_relists_total", "Relists.")
+	cv := r.NewCounterVec("x_events_total", "Events.", "type", "ADDED", "MODIFIED")
+	g := r.NewGauge("x_depth", "Depth.")
+	r.NewInfo("x_build_info", "Build.", map[string]string{"version": `v1"\`})
+	c.Inc()
+	c.Inc()
+	cv.Inc("MODIFIED")
+	cv.Inc("weird\"type\n")
+	g.Set(2.5)
+
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	assert.Contains(t, rec.Header().Get("Content-Type"), "text/plain")
+	got := parse(t, rec.Body.String())
+
+	assert.Equal(t, map[string]float64{
+		"x_relists_total":                      2,
+		`x_events_total{type="ADDED"}`:         0,
+		`x_events_total{type="MODIFIED"}`:      1,
+		`x_events_total{type="weird\"type\n"}`: 1,
+		"x_depth":                              2.5,
+		`x_build_info{version="v1\"\\"}`:       1,
+	}, got)
+	assert.Contains(t, rec.Body.String(), "# TYPE x_events_total counter\n")
+	assert.Contains(t, rec.Body.String(), "# TYPE x_depth gauge\n")
+}
