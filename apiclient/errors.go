@@ -1,0 +1,145 @@
+package apiclient
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// StatusError is a non-2xx answer of the API server, filled from its Status
+// body when there is one (kubectl proxy and load balancers sometimes answer
+// with plain text; then Reason is empty and Message holds the text).
+type StatusError struct {
+	Code    int
+	Reason  string // e.g. "NotFound", "Expired", "Conflict"
+	Message string
+	// RetryAfter is the server's hint (Retry-After header or
+	// details.retryAfterSeconds); zero when it gave none.
+	RetryAfter time.Duration
+}
+
+func (e *StatusError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%d %s: %s", e.Code, e.Reason, e.Message)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// maxStatusBody bounds how much of an error body we read: a Status is small,
+// and an HTML error page from something in the middle should not be kept.
+const maxStatusBody = 64 << 10
+
+func statusFromResponse(resp *http.Response) *StatusError {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
+	e := StatusFromJSON(body)
+	if e == nil || e.Code == 0 {
+		e = &StatusError{Message: truncate(string(body), 256)}
+	}
+	e.Code = resp.StatusCode
+	if e.RetryAfter == 0 {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+	}
+	return e
+}
+
+// StatusFromJSON reads a metav1.Status object (as found in an error body or in
+// the object of a watch ERROR event). It returns nil when raw is not a Status.
+func StatusFromJSON(raw []byte) *StatusError {
+	if !gjson.ValidBytes(raw) {
+		return nil
+	}
+	st := gjson.ParseBytes(raw)
+	if st.Get("kind").String() != "Status" && !st.Get("code").Exists() {
+		return nil
+	}
+	e := &StatusError{
+		Code:    int(st.Get("code").Int()),
+		Reason:  st.Get("reason").String(),
+		Message: truncate(st.Get("message").String(), 1024),
+	}
+	if s := st.Get("details.retryAfterSeconds").Int(); s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func asStatus(err error) (*StatusError, bool) {
+	var se *StatusError
+	ok := errors.As(err, &se)
+	return se, ok
+}
+
+// IsNotFound: the object does not exist (any more).
+func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
+
+// IsConflict: a precondition (uid, resourceVersion) did not hold.
+func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
+
+// IsInvalid: the server refused the content (422), e.g. a change to an
+// immutable field such as a uid that no longer matches.
+func IsInvalid(err error) bool { return hasCode(err, http.StatusUnprocessableEntity) }
+
+// IsForbidden: RBAC refused the request.
+func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }
+
+// IsGone reports that a resourceVersion or continue token is older than the
+// server's history: retrying it can never succeed; list again instead.
+func IsGone(err error) bool {
+	se, ok := asStatus(err)
+	return ok && (se.Code == http.StatusGone || se.Reason == "Expired" || se.Reason == "Gone")
+}
+
+func hasCode(err error, code int) bool {
+	se, ok := asStatus(err)
+	return ok && se.Code == code
+}
+
+// IsRetryable reports whether the same request may succeed later: transport
+// failures (connection refused while the ambassador starts, resets, timeouts),
+// 429, and 5xx. 4xx answers other than 429 are the caller's mistake or
+// missing RBAC and would fail again in the same way.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	se, ok := asStatus(err)
+	if !ok {
+		return true // not an answer from the server: a transport problem
+	}
+	return se.Code == http.StatusTooManyRequests || se.Code >= 500
+}
+
+// RetryAfter returns the server's requested delay carried by err, or zero.
+func RetryAfter(err error) time.Duration {
+	if se, ok := asStatus(err); ok {
+		return se.RetryAfter
+	}
+	return 0
+}
