@@ -1,0 +1,379 @@
+// Package watch keeps a consistent view of one Kubernetes collection over a
+// raw HTTP list + watch, the way client-go's reflector does, without
+// client-go.
+//
+// A Decoder reads one event at a time from a stream. A ListWatcher owns
+// everything else: the initial paged LIST, the WATCH from the list's
+// resourceVersion, resuming from the last resourceVersion after a clean end
+// of stream, relisting when the server has forgotten that version (410 Gone),
+// and backing off on failures. It hands every object to a Handler and knows
+// nothing of what the objects mean.
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/jsonview"
+	"github.com/k8spatterns/config-watcher/metrics"
+)
+
+// Transport is the slice of the API client the loop needs.
+type Transport interface {
+	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	Stream(ctx context.Context, path string, query url.Values) (io.ReadCloser, error)
+}
+
+var _ Transport = (*apiclient.Client)(nil)
+
+// Handler receives the collection's objects. Calls come from one goroutine,
+// in order, and must not block on the network: the stream waits for them.
+type Handler interface {
+	// BeginList announces a (re)list; every current object follows as a
+	// Synced event.
+	BeginList()
+	// Handle receives one object. ev.Object is only valid during the call.
+	Handle(ev Event)
+	// EndList closes a complete list: objects known before BeginList and
+	// not handled since are gone. A list that fails half-way is never
+	// ended; the next BeginList starts over.
+	EndList()
+}
+
+// Config tunes a ListWatcher. Zero values take the defaults noted.
+type Config struct {
+	// Path of the collection, e.g. /api/v1/namespaces/default/configmaps.
+	Path string
+	// Kind expected in events (e.g. "ConfigMap"); objects of another kind
+	// are logged and skipped. Empty accepts any kind.
+	Kind string
+	// PageSize of the list (500).
+	PageSize int
+	// MinWatchTimeout and MaxWatchTimeout bound the server-side timeout of
+	// each watch, chosen at random to spread reconnections of many
+	// controllers (300 s and 600 s, as client-go).
+	MinWatchTimeout, MaxWatchTimeout time.Duration
+	// NewBackOff makes the retry policy; the default starts near 0.8 s,
+	// doubles with jitter, caps at 30 s and never gives up.
+	NewBackOff func() backoff.BackOff
+	// ReadyGrace is how long after the last open watch the loop still
+	// counts as ready while it reconnects (60 s).
+	ReadyGrace time.Duration
+	// Now is the clock (time.Now).
+	Now func() time.Time
+	// After waits between retries (time.After); tests record the delays.
+	After func(time.Duration) <-chan time.Time
+}
+
+// DefaultBackOff is the retry policy for the watch loop: client-go's values
+// (0.8 s initial, factor 2, cap 30 s) with jitter so that many controllers
+// retrying an API server that just came back do not arrive together.
+func DefaultBackOff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 800 * time.Millisecond
+	b.RandomizationFactor = 0.5
+	b.Multiplier = 2
+	b.MaxInterval = 30 * time.Second
+	b.MaxElapsedTime = 0 // a controller never gives up on its API server
+	b.Reset()
+	return b
+}
+
+const (
+	// minHealthyWatch: a watch that ends sooner with no event is counted as
+	// a failure and backs off, so a server that closes streams at once is
+	// not hammered in a loop.
+	minHealthyWatch = time.Second
+	// maxRetryAfter bounds a server's Retry-After hint.
+	maxRetryAfter = 5 * time.Minute
+	// watchSlack lets the server end a watch at its timeoutSeconds before the
+	// client gives up on a connection that went silent.
+	watchSlack = 30 * time.Second
+)
+
+// ListWatcher runs list + watch for one collection.
+type ListWatcher struct {
+	cfg     Config
+	t       Transport
+	h       Handler
+	log     *slog.Logger
+	metrics *Metrics
+
+	rv string // last resourceVersion seen; only the Run goroutine touches it
+
+	listed      atomic.Bool
+	watching    atomic.Bool
+	lastHealthy atomic.Int64 // unix nanos of the last time the loop was known in sync
+	running     atomic.Bool
+}
+
+// New returns a ListWatcher; call Run to start it.
+func New(cfg Config, t Transport, h Handler, log *slog.Logger, m *Metrics) *ListWatcher {
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 500
+	}
+	if cfg.MinWatchTimeout <= 0 {
+		cfg.MinWatchTimeout = 5 * time.Minute
+	}
+	if cfg.MaxWatchTimeout < cfg.MinWatchTimeout {
+		cfg.MaxWatchTimeout = 2 * cfg.MinWatchTimeout
+	}
+	if cfg.NewBackOff == nil {
+		cfg.NewBackOff = DefaultBackOff
+	}
+	if cfg.ReadyGrace <= 0 {
+		cfg.ReadyGrace = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
+	return &ListWatcher{cfg: cfg, t: t, h: h, log: log, metrics: m}
+}
+
+// Ready reports that the initial list is done and a watch is open, or was
+// open less than ReadyGrace ago and is being resumed.
+func (lw *ListWatcher) Ready() bool {
+	if !lw.listed.Load() {
+		return false
+	}
+	if lw.watching.Load() {
+		return true
+	}
+	return lw.cfg.Now().Sub(time.Unix(0, lw.lastHealthy.Load())) < lw.cfg.ReadyGrace
+}
+
+// Alive reports that Run is running.
+func (lw *ListWatcher) Alive() bool { return lw.running.Load() }
+
+func (lw *ListWatcher) markHealthy() { lw.lastHealthy.Store(lw.cfg.Now().UnixNano()) }
+
+// Run lists and watches until ctx is done. It never gives up on errors: it
+// logs them and retries with backoff. It returns ctx's error.
+func (lw *ListWatcher) Run(ctx context.Context) error {
+	lw.running.Store(true)
+	defer lw.running.Store(false)
+	bo := lw.cfg.NewBackOff()
+	needList := true
+	startReason := "initial"
+	for ctx.Err() == nil {
+		if needList {
+			if err := lw.list(ctx); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				lw.log.Error("list failed; retrying", "path", lw.cfg.Path, "err", err)
+				lw.wait(ctx, bo, err)
+				continue
+			}
+			needList = false
+			lw.listed.Store(true)
+			lw.markHealthy()
+		}
+
+		lw.metrics.WatchStarts.Inc(startReason)
+		started := lw.cfg.Now()
+		events, err := lw.watch(ctx)
+		healthy := events > 0 || lw.cfg.Now().Sub(started) >= minHealthyWatch
+		if healthy {
+			bo.Reset()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		switch {
+		case err == nil:
+			// The server closed the stream at its timeout or cleanly: resume
+			// from the last resourceVersion at once.
+			startReason = "eof"
+			lw.log.Debug("watch ended; resuming", "rv", lw.rv, "events", events)
+			if !healthy {
+				lw.wait(ctx, bo, nil)
+			}
+		case isGone(err):
+			// The server no longer has our resourceVersion in its history.
+			// Changes made since are only visible in a fresh list.
+			startReason = "gone"
+			needList = true
+			lw.metrics.Relists.Inc()
+			lw.log.Info("resourceVersion expired; relisting", "rv", lw.rv, "err", err)
+			if !healthy {
+				lw.wait(ctx, bo, nil)
+			}
+		default:
+			startReason = "error"
+			lw.log.Warn("watch failed; retrying", "rv", lw.rv, "err", err)
+			lw.wait(ctx, bo, err)
+		}
+	}
+	return ctx.Err()
+}
+
+// isGone: the watch's resourceVersion (or a list's continue token) is older
+// than the server's history; only a relist recovers.
+func isGone(err error) bool { return apiclient.IsGone(err) }
+
+// wait sleeps for the next backoff interval, or longer if the server asked
+// for it with Retry-After.
+func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
+	d := bo.NextBackOff()
+	if ra := min(apiclient.RetryAfter(err), maxRetryAfter); ra > d {
+		d = ra
+	}
+	if d == backoff.Stop {
+		d = lw.cfg.MinWatchTimeout // a custom policy gave up; we do not
+	}
+	select {
+	case <-ctx.Done():
+	case <-lw.cfg.After(d):
+	}
+}
+
+// errContinueExpired restarts a list whose continue token expired.
+var errContinueExpired = errors.New("list continue token expired")
+
+// list reads the whole collection, page by page, and hands every object to
+// the handler. On success lw.rv is the list's resourceVersion.
+func (lw *ListWatcher) list(ctx context.Context) error {
+	lw.h.BeginList()
+	q := url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}}
+	for {
+		body, err := lw.t.Get(ctx, lw.cfg.Path, q, "")
+		if err != nil {
+			if isGone(err) && q.Get("continue") != "" {
+				return fmt.Errorf("%w: %w", errContinueExpired, err)
+			}
+			return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
+		}
+		if !jsonview.Valid(body) {
+			return fmt.Errorf("list %s: response is not valid JSON (%d bytes)", lw.cfg.Path, len(body))
+		}
+		page := jsonview.Parse(body)
+		rv := page.Get("metadata.resourceVersion").String()
+		if rv == "" {
+			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
+		}
+		page.Get("items").ForEach(func(_, item gjson.Result) bool {
+			ev := Event{Type: Synced, Object: jsonview.Bytes(body, item)}
+			ev.ResourceVersion = item.Get("metadata.resourceVersion").String()
+			lw.h.Handle(ev)
+			return true
+		})
+		cont := page.Get("metadata.continue").String()
+		if cont == "" {
+			lw.rv = strings.Clone(rv)
+			lw.h.EndList()
+			return nil
+		}
+		q.Set("continue", cont)
+	}
+}
+
+// watch opens one watch from lw.rv and dispatches its events until the
+// stream ends. It returns nil for a clean end and counts the events handled.
+func (lw *ListWatcher) watch(ctx context.Context) (int, error) {
+	timeout := lw.cfg.MinWatchTimeout
+	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
+		timeout += rand.N(span)
+	}
+	q := url.Values{
+		"watch":               {"true"},
+		"resourceVersion":     {lw.rv},
+		"allowWatchBookmarks": {"true"},
+		"timeoutSeconds":      {strconv.Itoa(int(timeout.Seconds()))},
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
+	defer cancel()
+	body, err := lw.t.Stream(ctx, lw.cfg.Path, q)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	lw.watching.Store(true)
+	defer func() {
+		lw.watching.Store(false)
+		lw.markHealthy()
+	}()
+
+	dec := NewDecoder(body)
+	events := 0
+	for {
+		ev, err := dec.Next()
+		var malformed *MalformedError
+		switch {
+		case errors.Is(err, io.EOF):
+			return events, nil
+		case errors.As(err, &malformed):
+			lw.metrics.Malformed.Inc()
+			lw.log.Warn("skipping malformed watch event", "rv", lw.rv, "err", err)
+			continue
+		case err != nil:
+			return events, fmt.Errorf("read watch stream: %w", err)
+		}
+		lw.metrics.Events.Inc(string(ev.Type))
+		lw.metrics.LastEvent.Set(float64(lw.cfg.Now().UnixNano()) / 1e9)
+		switch ev.Type {
+		case Error:
+			return events, watchError(ev.Object)
+		case Bookmark:
+			lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
+		default:
+			if kind := jsonview.Parse(ev.Object).Get("kind").String(); lw.cfg.Kind != "" && kind != "" && kind != lw.cfg.Kind {
+				lw.log.Warn("skipping event for another kind", "kind", kind, "rv", ev.ResourceVersion)
+			} else {
+				lw.h.Handle(ev)
+			}
+			lw.rv = ev.ResourceVersion
+		}
+		events++
+	}
+}
+
+// watchError turns an ERROR event's Status into an error.
+func watchError(object []byte) error {
+	if st := apiclient.StatusFromJSON(object); st != nil {
+		return st
+	}
+	return &apiclient.StatusError{Code: 500, Message: "ERROR event without a Status object"}
+}
+
+// ResourceVersion returns the last resourceVersion seen. For tests and
+// diagnostics; call it only when Run is not running.
+func (lw *ListWatcher) ResourceVersion() string { return lw.rv }
+
+// Metrics of the loop.
+type Metrics struct {
+	Events      *metrics.CounterVec
+	WatchStarts *metrics.CounterVec
+	Relists     *metrics.Counter
+	Malformed   *metrics.Counter
+	LastEvent   *metrics.Gauge
+}
+
+// NewMetrics registers the loop's metrics in r.
+func NewMetrics(r *metrics.Registry) *Metrics {
+	return &Metrics{
+		Events: r.NewCounterVec("config_watcher_events_total", "Watch events received, by type.", "type",
+			string(Added), string(Modified), string(Deleted), string(Bookmark), string(Error)),
+		WatchStarts: r.NewCounterVec("config_watcher_watch_starts_total", "Watches opened, by why the previous one ended (initial, eof, gone, error).", "reason",
+			"initial", "eof", "gone", "error"),
+		Relists:   r.NewCounter("config_watcher_relists_total", "Lists made again because the watch's resourceVersion expired."),
+		Malformed: r.NewCounter("config_watcher_malformed_events_total", "Watch lines that could not be decoded and were skipped."),
+		LastEvent: r.NewGauge("config_watcher_last_event_timestamp_seconds", "Unix time of the last watch event, bookmarks included."),
+	}
+}
