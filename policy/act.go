@@ -1,0 +1,226 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/jsonview"
+	"github.com/k8spatterns/config-watcher/selector"
+)
+
+// Results of a reconcile, as counted in config_watcher_reconciles_total.
+const (
+	resultRestarted = "restarted"
+	resultAdopted   = "adopted"
+	resultUnchanged = "unchanged"
+	resultRefused   = "refused"
+	resultError     = "error"
+	resultGone      = "gone"
+)
+
+// round is the restart of the pods selected by one ConfigMap for one digest.
+type round struct {
+	hash     string
+	selector string
+	pods     []podRef // the pods that existed when the round began
+	deleted  int      // pods[:deleted] are handled
+}
+
+type podRef struct{ name, uid string }
+
+// podListAccept asks for metadata only: the controller reads names, uids and
+// deletion timestamps, not whole pod specs.
+const podListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+// reconcile brings one ConfigMap's pods in line with its data. An error means
+// "retry later"; anything that retrying cannot fix returns nil.
+func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		c.mu.Unlock()
+		return resultGone, nil
+	}
+	cm, done, adopted, r := e.cm, e.done, e.adopted, e.round
+	c.mu.Unlock()
+	log := c.log.With("namespace", cm.namespace, "configmap", cm.name)
+
+	if done == cm.hash {
+		// Nothing to restart. Write the record if it is missing: after an
+		// adoption, or because someone removed it (a controller restart
+		// would otherwise adopt a later change instead of acting on it).
+		if c.cfg.RecordHash && cm.recorded == "" {
+			if err := c.record(ctx, cm); err != nil {
+				return resultError, err
+			}
+		}
+		if adopted {
+			c.finish(key, cm.hash, nil)
+			log.Info("adopted configmap", "hash", cm.hash)
+			return resultAdopted, nil
+		}
+		return resultUnchanged, nil
+	}
+
+	sel, err := selector.Parse(cm.selector)
+	if err != nil {
+		// Retrying cannot fix the selector; a new event will bring a fixed
+		// one, and the data change is still pending then.
+		c.metrics.InvalidSelectors.Inc()
+		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
+		return resultRefused, nil
+	}
+	log = log.With("selector", sel.String())
+
+	if r == nil || r.hash != cm.hash || r.selector != sel.String() {
+		pods, err := c.listPods(ctx, cm.namespace, sel)
+		if err != nil {
+			return resultError, fmt.Errorf("list pods: %w", err)
+		}
+		r = &round{hash: cm.hash, selector: sel.String(), pods: pods}
+		c.mu.Lock()
+		e.round = r
+		c.mu.Unlock()
+		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
+	}
+	for r.deleted < len(r.pods) {
+		if err := c.deletePod(ctx, cm.namespace, r.pods[r.deleted], log); err != nil {
+			return resultError, err
+		}
+		r.deleted++
+	}
+	if err := c.record(ctx, cm); err != nil {
+		return resultError, err
+	}
+	c.finish(key, cm.hash, r)
+	log.Info("pods restarted", "hash", cm.hash, "pods", len(r.pods))
+	return resultRestarted, nil
+}
+
+// finish remembers that the pods now run with hash.
+func (c *Controller) finish(key, hash string, r *round) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.done, e.adopted = hash, false
+		if e.round == r {
+			e.round = nil
+		}
+	}
+}
+
+// listPods returns the pods the selector matches that are not already
+// terminating, except the controller's own.
+func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
+	var pods []podRef
+	q := url.Values{"labelSelector": {sel.String()}, "limit": {"500"}}
+	path := apiclient.CorePath(namespace, "pods", "")
+	for {
+		body, err := c.api.Get(ctx, path, q, podListAccept)
+		if err != nil {
+			if apiclient.IsForbidden(err) {
+				return nil, fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+			}
+			return nil, err
+		}
+		if !jsonview.Valid(body) {
+			return nil, fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
+		}
+		page := jsonview.Parse(body)
+		page.Get("items").ForEach(func(_, item gjson.Result) bool {
+			meta := item.Get("metadata")
+			name, uid := meta.Get("name").String(), meta.Get("uid").String()
+			switch {
+			case name == "" || uid == "":
+				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
+			case meta.Get("deletionTimestamp").Exists():
+				// Already terminating: deleting again changes nothing.
+			case name == c.cfg.OwnPod:
+				c.log.Info("not deleting own pod", "namespace", namespace, "pod", name)
+			default:
+				pods = append(pods, podRef{name: strings.Clone(name), uid: strings.Clone(uid)})
+			}
+			return true
+		})
+		cont := page.Get("metadata.continue").String()
+		if cont == "" {
+			return pods, nil
+		}
+		q.Set("continue", cont)
+	}
+}
+
+// deletePod deletes one pod, guarded by its uid so a same-named replacement
+// (StatefulSet pods keep their names) is never hit.
+func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+	body := `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":` + strconv.Quote(pod.uid) + `}}`
+	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(body))
+	switch {
+	case err == nil:
+		c.metrics.PodDeletions.Inc("deleted")
+		log.Info("deleted pod", "pod", pod.name, "outcome", "deleted")
+		return nil
+	case apiclient.IsNotFound(err):
+		c.metrics.PodDeletions.Inc("not_found")
+		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
+		return nil
+	case apiclient.IsConflict(err):
+		c.metrics.PodDeletions.Inc("conflict")
+		log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
+		return nil
+	case apiclient.IsForbidden(err):
+		c.metrics.PodDeletions.Inc("error")
+		log.Error("cannot delete pod", "pod", pod.name, "outcome", "forbidden", "err", err)
+		return fmt.Errorf("RBAC: the controller may not delete pods in %s (needs verb delete on pods): %w", namespace, err)
+	default:
+		c.metrics.PodDeletions.Inc("error")
+		log.Warn("cannot delete pod", "pod", pod.name, "outcome", "error", "err", err)
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, pod.name, err)
+	}
+}
+
+// record writes cm.hash into RestartedForAnnotation. The patch names the
+// uid, so it fails instead of marking a re-created ConfigMap of the same name.
+func (c *Controller) record(ctx context.Context, cm configMap) error {
+	if !c.cfg.RecordHash {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"uid":         cm.uid,
+			"annotations": map[string]string{RestartedForAnnotation: cm.hash},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("build patch: %w", err)
+	}
+	_, err = c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+	switch {
+	case err == nil:
+		return nil
+	case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
+		// Deleted or replaced meanwhile; the new object gets its own round.
+		c.log.Info("configmap gone or replaced before its record was written", "namespace", cm.namespace, "configmap", cm.name, "err", err)
+		return nil
+	case apiclient.IsForbidden(err):
+		return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
+	default:
+		return fmt.Errorf("record hash on configmap %s/%s: %w", cm.namespace, cm.name, err)
+	}
+}
+
+// truncate bounds user-provided text in logs.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

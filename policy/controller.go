@@ -1,0 +1,271 @@
+// Package policy decides and carries out pod restarts for ConfigMap data
+// changes: it observes ConfigMaps (as a watch.Handler), analyzes whether the
+// pods selected by a ConfigMap were started after its current data, and acts
+// by deleting the ones that were not, so their controllers recreate them.
+//
+// The analysis is level-triggered. The digest of the data the pods were last
+// restarted for is recorded on the ConfigMap itself (RestartedForAnnotation),
+// so an edit that leaves the data alone, a relist, a resync or a controller
+// restart restarts nothing, and a change made while the controller was away
+// is acted on exactly once when it comes back.
+package policy
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// Config of the controller.
+type Config struct {
+	// SelectorAnnotation holds the pod label selector on a ConfigMap.
+	SelectorAnnotation string
+	// RecordHash writes RestartedForAnnotation after each round. Without it
+	// (read-only RBAC) the digest lives in memory only and a restart of the
+	// controller forgets it: changes made while it was down are adopted, not
+	// acted on.
+	RecordHash bool
+	// OwnPod is never deleted (the controller's own pod, from POD_NAME).
+	OwnPod string
+	// Workers bounds how many ConfigMaps are reconciled at once.
+	Workers int
+	// ShutdownGrace bounds how long in-flight rounds may run after the
+	// controller is told to stop.
+	ShutdownGrace time.Duration
+	// NewBackOff makes the per-ConfigMap retry policy for failed rounds.
+	NewBackOff func() backoff.BackOff
+}
+
+// API is the slice of the API client the controller acts through.
+type API interface {
+	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	Delete(ctx context.Context, path string, body []byte) ([]byte, error)
+	MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error)
+}
+
+var _ API = (*apiclient.Client)(nil)
+
+// entry is the controller's memory of one annotated ConfigMap.
+type entry struct {
+	cm     configMap // latest observed state
+	exists bool      // false once deleted: a tombstone remembering done
+	// seenRecorded is the last RestartedForAnnotation value observed. A new
+	// value is a write (ours or a peer's) and updates done; an old one seen
+	// again comes from an event older than our own write and is ignored.
+	seenRecorded string
+	// done is the digest the pods were last restarted for (or adopted at).
+	done string
+	// adopted: done was taken from the first sighting, not from a round.
+	adopted bool
+	// round is the restart in progress for a digest, kept across retries so
+	// a retry only deletes pods that existed when the round began: pods
+	// created since were started with the new data.
+	round *round
+	// listGen is the list generation the entry was last seen in.
+	listGen uint64
+}
+
+// Controller implements watch.Handler and runs the workers.
+type Controller struct {
+	cfg     Config
+	api     API
+	log     *slog.Logger
+	metrics *Metrics
+	queue   *queue
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	listGen uint64
+
+	retryMu sync.Mutex
+	retries map[string]backoff.BackOff
+}
+
+var _ watch.Handler = (*Controller)(nil)
+
+// New returns a controller; Handle feeds it, Run acts.
+func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.NewBackOff == nil {
+		cfg.NewBackOff = watch.DefaultBackOff
+	}
+	return &Controller{
+		cfg:     cfg,
+		api:     api,
+		log:     log,
+		metrics: m,
+		queue:   newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
+		entries: map[string]*entry{},
+		retries: map[string]backoff.BackOff{},
+	}
+}
+
+// BeginList implements watch.Handler.
+func (c *Controller) BeginList() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listGen++
+}
+
+// EndList implements watch.Handler: ConfigMaps that were not in the complete
+// list were deleted while we were not watching; tombstones older than this
+// list are forgotten.
+func (c *Controller) EndList() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.entries {
+		if e.listGen == c.listGen {
+			continue
+		}
+		if e.exists {
+			e.exists = false
+			e.listGen = c.listGen // keep the tombstone until the next list
+			continue
+		}
+		delete(c.entries, key)
+	}
+}
+
+// Handle implements watch.Handler. It only records state and queues work.
+func (c *Controller) Handle(ev watch.Event) {
+	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
+	if err != nil {
+		c.metrics.SkippedObjects.Inc()
+		c.log.Warn("skipping object", "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
+		return
+	}
+	if ev.Type == watch.Deleted {
+		c.forget(cm)
+		return
+	}
+	if c.observe(cm) {
+		c.queue.Add(cm.key())
+	}
+}
+
+// observe stores cm and reports whether it may need action.
+func (c *Controller) observe(cm configMap) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := cm.key()
+	e := c.entries[key]
+	if !cm.hasSelector {
+		// Not (or no longer) ours. If the annotation comes back, the
+		// ConfigMap is adopted afresh.
+		delete(c.entries, key)
+		return false
+	}
+	if e == nil {
+		// First sight and no record: we cannot know which data the pods
+		// run with, so restarting them would be a guess. Adopt the data
+		// as it is now; the worker records it.
+		e = &entry{done: cm.hash, adopted: true}
+		c.entries[key] = e
+	}
+	if e.cm.uid != cm.uid {
+		// A new object under this name: its annotations start from nothing,
+		// but done (from the object it replaces) still tells what the pods
+		// run with, so different data counts as a change.
+		e.seenRecorded = ""
+	}
+	if cm.recorded != e.seenRecorded {
+		e.seenRecorded = cm.recorded
+		if cm.recorded != "" {
+			e.done, e.adopted = cm.recorded, false
+		}
+	}
+	e.cm = cm
+	e.exists = true
+	e.listGen = c.listGen
+	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded == "")
+}
+
+func (c *Controller) forget(cm configMap) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[cm.key()]; e != nil {
+		e.exists = false
+		e.listGen = c.listGen
+	}
+}
+
+// Run works the queue with cfg.Workers workers until ctx is done, then waits
+// for in-flight rounds for at most ShutdownGrace.
+func (c *Controller) Run(ctx context.Context) {
+	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAct()
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { c.work(actCtx) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	stopAct := time.AfterFunc(c.cfg.ShutdownGrace, cancelAct)
+	defer stopAct.Stop()
+	wg.Wait()
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, ok := c.queue.Get()
+		if !ok {
+			return
+		}
+		result, err := c.reconcile(ctx, key)
+		c.metrics.Reconciles.Inc(result)
+		c.retryMu.Lock()
+		if err != nil {
+			b, ok := c.retries[key]
+			if !ok {
+				b = c.cfg.NewBackOff()
+				c.retries[key] = b
+			}
+			delay := max(b.NextBackOff(), min(apiclient.RetryAfter(err), 5*time.Minute))
+			c.retryMu.Unlock()
+			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
+			c.queue.AddAfter(key, delay)
+		} else {
+			delete(c.retries, key)
+			c.retryMu.Unlock()
+		}
+		c.queue.Done(key)
+	}
+}
+
+// Queued is the number of ConfigMaps waiting for a worker.
+func (c *Controller) Queued() int { return c.queue.Len() }
+
+// Metrics of the controller.
+type Metrics struct {
+	Reconciles       *metrics.CounterVec
+	PodDeletions     *metrics.CounterVec
+	InvalidSelectors *metrics.Counter
+	SkippedObjects   *metrics.Counter
+	QueueDepth       *metrics.Gauge
+}
+
+// NewMetrics registers the controller's metrics in r.
+func NewMetrics(r *metrics.Registry) *Metrics {
+	return &Metrics{
+		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
+			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError),
+		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result.", "result",
+			"deleted", "not_found", "conflict", "error"),
+		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),
+		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
+		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps waiting for a worker."),
+	}
+}

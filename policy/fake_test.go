@@ -1,0 +1,292 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// fakePod is a pod as the fake API server keeps it.
+type fakePod struct {
+	name, uid   string
+	labels      map[string]string
+	terminating bool
+}
+
+// request is what the fake server saw.
+type request struct {
+	method, path string
+	query        map[string][]string
+	body         string
+}
+
+// fakeAPI is an httptest API server for pods and ConfigMap patches that
+// behaves like kube-apiserver where the controller depends on it: label
+// selector filtering, paging, uid preconditions, 404/409 answers. fault, if
+// set, may answer a request itself.
+type fakeAPI struct {
+	t        *testing.T
+	mu       sync.Mutex
+	pods     map[string]*fakePod
+	requests []request
+	pageSize int
+	fault    func(r request) (status int, body string, ok bool)
+	srv      *httptest.Server
+	nextUID  int
+}
+
+func newFakeAPI(t *testing.T, pods ...*fakePod) *fakeAPI {
+	f := &fakeAPI{t: t, pods: map[string]*fakePod{}, pageSize: 2}
+	for _, p := range pods {
+		f.pods[p.name] = p
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeAPI) client() *apiclient.Client {
+	c, err := apiclient.New(f.srv.URL, "test")
+	require.NoError(f.t, err)
+	return c
+}
+
+// addPod adds a pod, as a ReplicaSet would.
+func (f *fakeAPI) addPod(name string, labels map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextUID++
+	f.pods[name] = &fakePod{name: name, uid: fmt.Sprintf("uid-new-%d", f.nextUID), labels: labels}
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	req := request{method: r.Method, path: r.URL.Path, query: r.URL.Query(), body: string(body)}
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	fault := f.fault
+	f.mu.Unlock()
+	if fault != nil {
+		if code, body, ok := fault(req); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			io.WriteString(w, body)
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // api v1 namespaces NS resource [name]
+	if len(parts) < 5 {
+		http.NotFound(w, r)
+		return
+	}
+	resource, name := parts[4], ""
+	if len(parts) > 5 {
+		name = parts[5]
+	}
+	switch {
+	case resource == "pods" && r.Method == http.MethodGet && name == "":
+		f.listPods(w, req)
+	case resource == "pods" && r.Method == http.MethodDelete:
+		f.deletePod(w, name, body)
+	case resource == "configmaps" && r.Method == http.MethodPatch:
+		if ct := r.Header.Get("Content-Type"); ct != "application/merge-patch+json" {
+			writeStatus(w, 415, "UnsupportedMediaType", ct)
+			return
+		}
+		io.WriteString(w, `{"kind":"ConfigMap"}`)
+	default:
+		writeStatus(w, 405, "MethodNotAllowed", r.Method+" "+r.URL.Path)
+	}
+}
+
+func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
+	sel, err := selector.Parse(strings.Join(req.query["labelSelector"], ""))
+	if err != nil {
+		writeStatus(w, 400, "BadRequest", err.Error())
+		return
+	}
+	var names []string
+	for name, p := range f.pods {
+		if sel.Matches(p.labels) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	start := 0
+	if c := strings.Join(req.query["continue"], ""); c != "" {
+		start, _ = strconv.Atoi(c)
+	}
+	end := min(start+f.pageSize, len(names))
+	items := []map[string]any{}
+	for _, n := range names[start:end] {
+		p := f.pods[n]
+		meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels}
+		if p.terminating {
+			meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+		}
+		items = append(items, map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+	}
+	listMeta := map[string]any{"resourceVersion": "100"}
+	if end < len(names) {
+		listMeta["continue"] = strconv.Itoa(end)
+	}
+	json.NewEncoder(w).Encode(map[string]any{"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": listMeta, "items": items})
+}
+
+func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
+	var opts struct {
+		Kind          string `json:"kind"`
+		Preconditions struct {
+			UID string `json:"uid"`
+		} `json:"preconditions"`
+	}
+	if err := json.Unmarshal(body, &opts); err != nil || opts.Kind != "DeleteOptions" {
+		writeStatus(w, 400, "BadRequest", "body is not DeleteOptions")
+		return
+	}
+	p, ok := f.pods[name]
+	switch {
+	case !ok:
+		writeStatus(w, 404, "NotFound", `pods "`+name+`" not found`)
+	case opts.Preconditions.UID != p.uid:
+		writeStatus(w, 409, "Conflict", "Precondition failed: UID in precondition: "+opts.Preconditions.UID+", UID in object meta: "+p.uid)
+	default:
+		delete(f.pods, name)
+		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q}}`, name)
+	}
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`, msg, reason, code)
+}
+
+// seen returns the requests with the given method and resource ("pods",
+// "configmaps").
+func (f *fakeAPI) seen(method, resource string) []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []request
+	for _, r := range f.requests {
+		if r.method == method && strings.Contains(r.path, "/"+resource) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// deletedPods lists the pod names DELETE was sent for, in order.
+func (f *fakeAPI) deletedPods() []string {
+	var names []string
+	for _, r := range f.seen(http.MethodDelete, "pods") {
+		names = append(names, r.path[strings.LastIndexByte(r.path, '/')+1:])
+	}
+	return names
+}
+
+// recordedHashes lists the restarted-for values patched, in order.
+func (f *fakeAPI) recordedHashes() []string {
+	var out []string
+	for _, r := range f.seen(http.MethodPatch, "configmaps") {
+		var p struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		require.NoError(f.t, json.Unmarshal([]byte(r.body), &p))
+		out = append(out, p.Metadata.Annotations[RestartedForAnnotation])
+	}
+	return out
+}
+
+// cmSpec describes a ConfigMap event for tests.
+type cmSpec struct {
+	name, uid   string
+	selector    *string // nil: no selector annotation
+	recorded    string  // restarted-for annotation, "" for none
+	data        map[string]string
+	binaryData  map[string]string
+	labels      map[string]string
+	annotations map[string]string
+}
+
+func ptr(s string) *string { return &s }
+
+func (s cmSpec) json(t *testing.T) []byte {
+	ann := map[string]string{}
+	for k, v := range s.annotations {
+		ann[k] = v
+	}
+	if s.selector != nil {
+		ann[DefaultSelectorAnnotation] = *s.selector
+	}
+	if s.recorded != "" {
+		ann[RestartedForAnnotation] = s.recorded
+	}
+	uid := s.uid
+	if uid == "" {
+		uid = "cm-uid-1"
+	}
+	name := s.name
+	if name == "" {
+		name = "webapp-config"
+	}
+	obj := map[string]any{
+		"kind": "ConfigMap", "apiVersion": "v1",
+		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "42", "annotations": ann, "labels": s.labels},
+	}
+	if s.data != nil {
+		obj["data"] = s.data
+	}
+	if s.binaryData != nil {
+		obj["binaryData"] = s.binaryData
+	}
+	b, err := json.Marshal(obj)
+	require.NoError(t, err)
+	return b
+}
+
+// hashOf is the digest the controller computes for a ConfigMap's data.
+func hashOf(t *testing.T, data map[string]string) string {
+	cm, err := parseConfigMap(cmSpec{data: data, selector: ptr("app=x")}.json(t), DefaultSelectorAnnotation)
+	require.NoError(t, err)
+	return cm.hash
+}
+
+// DefaultSelectorAnnotation is the book's annotation, used by the tests.
+const DefaultSelectorAnnotation = "k8spatterns.io/podDeleteSelector"
+
+// newTestController returns a controller on api with fast retries and its
+// metrics registry.
+func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics) {
+	if cfg.SelectorAnnotation == "" {
+		cfg.SelectorAnnotation = DefaultSelectorAnnotation
+	}
+	if cfg.NewBackOff == nil {
+		cfg.NewBackOff = fastBackOff
+	}
+	m := NewMetrics(metrics.NewRegistry())
+	return New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m), m
+}
+
+func handle(t *testing.T, c *Controller, typ watch.EventType, s cmSpec) {
+	c.Handle(watch.Event{Type: typ, Object: s.json(t), ResourceVersion: "42"})
+}
