@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/selector"
+)
+
+// config is every setting, parsed and validated once at start.
+type config struct {
+	Namespace          string
+	APIURL             string
+	SelectorAnnotation string
+	HTTPAddr           string
+	LogFormat          string
+	LogLevel           slog.Level
+	PodName            string
+	RecordHash         bool
+	Workers            int
+	ShutdownTimeout    time.Duration
+}
+
+// setting is one environment variable and its flag twin.
+type setting struct {
+	env, flag, def, help string
+	apply                func(c *config, v string) error
+}
+
+var settings = []setting{
+	{"WATCH_NAMESPACE", "watch-namespace", "default", "namespace whose ConfigMaps are watched", func(c *config, v string) error {
+		if len(v) > 63 || !isDNSLabel(v) {
+			return errors.New("must be a namespace name (a DNS-1123 label)")
+		}
+		c.Namespace = v
+		return nil
+	}},
+	{"API_URL", "api-url", "http://localhost:8001", "base URL of the API server, normally the kubectl proxy ambassador", func(c *config, v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("must be an http:// or https:// URL with a host")
+		}
+		c.APIURL = v
+		return nil
+	}},
+	{"SELECTOR_ANNOTATION", "selector-annotation", "k8spatterns.io/podDeleteSelector", "annotation on a ConfigMap that holds the label selector of the pods to restart", func(c *config, v string) error {
+		if err := selector.ValidateKey(v); err != nil {
+			return fmt.Errorf("must be an annotation key: %w", err)
+		}
+		c.SelectorAnnotation = v
+		return nil
+	}},
+	{"HTTP_ADDR", "http-addr", ":8080", "address serving /healthz, /readyz and /metrics", func(c *config, v string) error {
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			return errors.New("must be host:port or :port")
+		}
+		c.HTTPAddr = v
+		return nil
+	}},
+	{"LOG_FORMAT", "log-format", "text", "log format: text or json", func(c *config, v string) error {
+		if v != "text" && v != "json" {
+			return errors.New("must be text or json")
+		}
+		c.LogFormat = v
+		return nil
+	}},
+	{"LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", func(c *config, v string) error {
+		return c.LogLevel.UnmarshalText([]byte(v))
+	}},
+	{"POD_NAME", "pod-name", "", "name of the controller's own pod, which it never deletes (from the Downward API)", func(c *config, v string) error {
+		c.PodName = v
+		return nil
+	}},
+	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.RecordHash = b
+		return nil
+	}},
+	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			return errors.New("must be a whole number from 1 to 64")
+		}
+		c.Workers = n
+		return nil
+	}},
+	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 5*time.Minute {
+			return errors.New("must be a duration from 0s to 5m")
+		}
+		c.ShutdownTimeout = d
+		return nil
+	}},
+}
+
+// errHelp is returned after --help has been printed.
+var errHelp = flag.ErrHelp
+
+// loadConfig reads each setting from its flag if given, else from its
+// environment variable if set (even to ""), else its default.
+func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("config-watcher", flag.ContinueOnError)
+	fs.SetOutput(out)
+	values := make([]*string, len(settings))
+	for i, s := range settings {
+		values[i] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(out, "config-watcher restarts pods when the data of a ConfigMap that selects them changes.\n\n")
+		fmt.Fprintf(out, "Every setting is an environment variable with a flag twin; a flag wins.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	var c config
+	for i, s := range settings {
+		v, source := s.def, "default"
+		if given[s.flag] {
+			v, source = *values[i], "--"+s.flag
+		} else if ev, ok := lookupEnv(s.env); ok {
+			v, source = ev, s.env
+		}
+		if err := s.apply(&c, v); err != nil {
+			return config{}, fmt.Errorf("%s=%q (from %s): %w", s.env, v, source, err)
+		}
+	}
+	return c, nil
+}
+
+func isDNSLabel(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

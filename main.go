@@ -1,0 +1,138 @@
+// Command config-watcher restarts the pods that read a ConfigMap when its
+// data changes: the Controller pattern of "Kubernetes Patterns", done with a
+// raw list + watch through a kubectl proxy ambassador.
+//
+// A ConfigMap opts in with the annotation
+//
+//	k8spatterns.io/podDeleteSelector: "app=webapp"
+//
+// and every change of its data deletes the pods that selector matches,
+// exactly once, so their Deployment recreates them with the new values.
+// Settings are environment variables with flag twins; see --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/policy"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() { os.Exit(cli(os.Args[1:])) }
+
+// cli runs the program with its arguments until SIGTERM or SIGINT and
+// returns the exit code.
+func cli(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, args, os.LookupEnv, os.Stderr, nil); err != nil {
+		if errors.Is(err, errHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "config-watcher: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// run wires the parts together and blocks until ctx is done. ready, if not
+// nil, receives the HTTP address once it listens (for tests).
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stderr io.Writer, ready chan<- string) error {
+	cfg, err := loadConfig(args, lookupEnv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+
+	client, err := apiclient.New(cfg.APIURL, "config-watcher/"+version)
+	if err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry()
+	reg.NewInfo("config_watcher_build_info", "Build information.", map[string]string{"version": version, "goversion": runtime.Version()})
+
+	ctrl := policy.New(policy.Config{
+		SelectorAnnotation: cfg.SelectorAnnotation,
+		RecordHash:         cfg.RecordHash,
+		OwnPod:             cfg.PodName,
+		Workers:            cfg.Workers,
+		ShutdownGrace:      cfg.ShutdownTimeout,
+	}, client, log, policy.NewMetrics(reg))
+	lw := watch.New(watch.Config{
+		Path: apiclient.CorePath(cfg.Namespace, "configmaps", ""),
+		Kind: "ConfigMap",
+	}, client, ctrl, log, watch.NewMetrics(reg))
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR: %w", err)
+	}
+	srv := &http.Server{Handler: newMux(lw, reg), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server failed", "err", err)
+		}
+	}()
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	log.Info("starting", "version", version, "namespace", cfg.Namespace, "api_url", cfg.APIURL,
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "http_addr", ln.Addr().String())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = lw.Run(ctx) })
+	wg.Go(func() { ctrl.Run(ctx) })
+	wg.Wait()
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	log.Info("stopped")
+	return nil
+}
+
+// newMux serves the probes and metrics.
+func newMux(lw *watch.ListWatcher, reg *metrics.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		probe(w, lw.Alive(), "watch loop not running")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		probe(w, lw.Ready(), "initial list not done or watch down")
+	})
+	mux.Handle("GET /metrics", reg)
+	return mux
+}
+
+func probe(w http.ResponseWriter, ok bool, why string) {
+	if !ok {
+		http.Error(w, why, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLoadConfig ensures each setting is read from its flag, else its
+// environment variable, else its default, and that a bad value fails with
+// an error naming the variable.
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, c config)
+		wantErr string
+	}{
+		{name: "Defaults", check: func(t *testing.T, c config) {
+			assert.Equal(t, config{Namespace: "default", APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
+				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second}, c)
+		}},
+		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, "team-a", c.Namespace)
+				assert.False(t, c.RecordHash)
+				assert.Equal(t, "cw-1", c.PodName)
+				assert.Equal(t, "DEBUG", c.LogLevel.String())
+			}},
+		{name: "FlagOverridesEnv", args: []string{"--watch-namespace=from-flag"}, env: map[string]string{"WATCH_NAMESPACE": "from-env"},
+			check: func(t *testing.T, c config) { assert.Equal(t, "from-flag", c.Namespace) }},
+		{name: "EmptyEnvIsNotUnset", env: map[string]string{"WATCH_NAMESPACE": ""}, wantErr: `WATCH_NAMESPACE="" (from WATCH_NAMESPACE)`},
+		{name: "BadNamespace", env: map[string]string{"WATCH_NAMESPACE": "Team_A"}, wantErr: "WATCH_NAMESPACE"},
+		{name: "BadAPIURL", env: map[string]string{"API_URL": "localhost:8001"}, wantErr: "API_URL"},
+		{name: "BadAnnotation", env: map[string]string{"SELECTOR_ANNOTATION": "not a key"}, wantErr: "SELECTOR_ANNOTATION"},
+		{name: "BadHTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, wantErr: "HTTP_ADDR"},
+		{name: "BadLogFormat", env: map[string]string{"LOG_FORMAT": "xml"}, wantErr: "LOG_FORMAT"},
+		{name: "BadLogLevel", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "LOG_LEVEL"},
+		{name: "BadRecordHash", env: map[string]string{"RECORD_HASH": "maybe"}, wantErr: "RECORD_HASH"},
+		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: "WORKERS"},
+		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
+		{name: "BadFlagValueNamesFlag", args: []string{"--workers=x"}, wantErr: "(from --workers)"},
+		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			c, err := loadConfig(tt.args, lookup, io.Discard)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+// TestHelpListsEverySetting ensures --help names each environment variable.
+func TestHelpListsEverySetting(t *testing.T) {
+	var out bytes.Buffer
+	_, err := loadConfig([]string{"--help"}, func(string) (string, bool) { return "", false }, &out)
+	require.ErrorIs(t, err, errHelp)
+	for _, s := range settings {
+		assert.Contains(t, out.String(), "env "+s.env)
+	}
+}
+
+// fakeCluster answers the requests of one scenario: a list with one
+// annotated ConfigMap, a watch that delivers a data change and then stays
+// open, and the pod calls that follow.
+type fakeCluster struct {
+	mu      sync.Mutex
+	deletes []string
+	patches int
+}
+
+const (
+	cmV1 = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"webapp-config","namespace":"ns","uid":"u1","resourceVersion":"10","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"Hello"}}`
+	cmV2 = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"webapp-config","namespace":"ns","uid":"u1","resourceVersion":"11","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"Hello again"}}`
+)
+
+func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch {
+	case r.URL.Path == "/api/v1/namespaces/ns/configmaps" && q.Get("watch") == "true":
+		w.WriteHeader(http.StatusOK)
+		if q.Get("resourceVersion") == "10" {
+			fmt.Fprintf(w, `{"type":"MODIFIED","object":%s}`+"\n", cmV2)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // a watch stays open until the client leaves
+	case r.URL.Path == "/api/v1/namespaces/ns/configmaps":
+		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[%s]}`, cmV1)
+	case r.URL.Path == "/api/v1/namespaces/ns/pods" && r.Method == http.MethodGet:
+		fmt.Fprint(w, `{"kind":"PartialObjectMetadataList","metadata":{},"items":[{"metadata":{"name":"webapp-1","uid":"p1"}},{"metadata":{"name":"webapp-2","uid":"p2"}}]}`)
+	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/") && r.Method == http.MethodDelete:
+		f.mu.Lock()
+		f.deletes = append(f.deletes, strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/"))
+		f.mu.Unlock()
+		fmt.Fprint(w, `{"kind":"Pod"}`)
+	case r.URL.Path == "/api/v1/namespaces/ns/configmaps/webapp-config" && r.Method == http.MethodPatch:
+		f.mu.Lock()
+		f.patches++
+		f.mu.Unlock()
+		fmt.Fprint(w, cmV1)
+	default:
+		http.Error(w, "unexpected "+r.Method+" "+r.URL.String(), http.StatusNotFound)
+	}
+}
+
+func (f *fakeCluster) deleted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.deletes...)
+}
+
+// TestRunEndToEnd ensures the wired program lists, watches, restarts the
+// pods of a changed ConfigMap, serves its probes and metrics, and returns
+// nil when its context ends (as on SIGTERM).
+func TestRunEndToEnd(t *testing.T) {
+	fc := &fakeCluster{}
+	api := httptest.NewServer(fc)
+	defer api.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	env := map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "ns", "HTTP_ADDR": "127.0.0.1:0", "LOG_FORMAT": "json"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	ready := make(chan string, 1)
+	errc := make(chan error, 1)
+	var logs syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("program output:\n%s", logs.String())
+		}
+	})
+	go func() { errc <- run(ctx, nil, lookup, &logs, ready) }()
+	addr := <-ready
+
+	require.Eventually(t, func() bool { return len(fc.deleted()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2"}, fc.deleted())
+	require.Eventually(t, func() bool { return get(t, "http://"+addr+"/readyz") == 200 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 200, get(t, "http://"+addr+"/healthz"))
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), `config_watcher_events_total{type="MODIFIED"} 1`)
+	assert.Contains(t, string(body), `config_watcher_reconciles_total{result="adopted"} 1`)
+	assert.Contains(t, string(body), `config_watcher_reconciles_total{result="restarted"} 1`)
+	assert.Contains(t, string(body), `config_watcher_build_info{`)
+
+	cancel()
+	select {
+	case err := <-errc:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	assert.NotContains(t, logs.String(), "Hello", "ConfigMap data never reaches the logs")
+}
+
+func get(t *testing.T, url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSIGTERMExitsZero ensures the real process stops watching and exits 0
+// on SIGTERM. The test binary re-runs itself as the program.
+func TestSIGTERMExitsZero(t *testing.T) {
+	if os.Getenv("CONFIG_WATCHER_RUN_MAIN") == "1" {
+		os.Exit(cli(nil))
+	}
+	api := httptest.NewServer(&fakeCluster{})
+	defer api.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGTERMExitsZero$")
+	cmd.Env = append(os.Environ(), "CONFIG_WATCHER_RUN_MAIN=1", "API_URL="+api.URL, "WATCH_NAMESPACE=ns", "HTTP_ADDR=127.0.0.1:0")
+	var out syncBuffer
+	cmd.Stderr = &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "adopted configmap") }, 10*time.Second, 10*time.Millisecond, "the program never adopted the ConfigMap")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	err := cmd.Wait()
+	assert.NoError(t, err, "exit status after SIGTERM; output:\n%s", out.String())
+	assert.Contains(t, out.String(), "stopped")
+}
