@@ -2,10 +2,8 @@ package policy
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"hash"
 	"slices"
 	"strings"
 
@@ -81,55 +79,123 @@ func isDigest(s string) bool {
 // on the server's key order or JSON escaping. binaryData values are hashed as
 // the base64 text the API serves, which is canonical.
 func dataHash(obj gjson.Result) string {
-	h := sha256.New()
-	writeSection(h, "data", obj.Get("data"))
-	writeSection(h, "binaryData", obj.Get("binaryData"))
-	return digestPrefix + hex.EncodeToString(h.Sum(nil))
+	d := digestWriter{h: sha256.New()}
+	writeSection(&d, "data", obj.Get("data"))
+	writeSection(&d, "binaryData", obj.Get("binaryData"))
+	d.flush()
+	var sum [sha256.Size]byte
+	return digestPrefix + hex.EncodeToString(d.h.Sum(sum[:0]))
 }
 
-type entryKV struct{ key, value gjson.Result }
-
-func writeSection(h hash.Hash, name string, section gjson.Result) {
-	writeField(h, name)
+func writeSection(d *digestWriter, name string, section gjson.Result) {
+	d.writeString(name)
 	if !section.IsObject() {
 		// Absent or null is an empty section. Anything else is not a
 		// ConfigMap the API would serve, but must still hash apart.
 		if section.Exists() && section.Type != gjson.Null {
-			writeUint(h, ^uint64(0))
-			writeField(h, section.Raw)
+			d.writeUint(^uint64(0))
+			d.writeString(section.Raw)
 			return
 		}
-		writeUint(h, 0)
+		d.writeUint(0)
 		return
 	}
-	var kvs []entryKV
-	section.ForEach(func(k, v gjson.Result) bool {
-		kvs = append(kvs, entryKV{k, v})
-		return true
-	})
-	slices.SortFunc(kvs, func(a, b entryKV) int { return strings.Compare(a.key.String(), b.key.String()) })
-	writeUint(h, uint64(len(kvs)))
+	var kvs []member
+	forEachMember(section.Raw, func(m member) { kvs = append(kvs, m) })
+	slices.SortFunc(kvs, func(a, b member) int { return strings.Compare(a.key(), b.key()) })
+	d.writeUint(uint64(len(kvs)))
 	for _, kv := range kvs {
-		writeField(h, kv.key.String())
-		if kv.value.Type == gjson.String {
-			h.Write([]byte{'s'})
-			writeField(h, kv.value.String())
+		d.writeJSONString(kv.keyToken)
+		if isStringToken(kv.valueToken) {
+			d.writeByte('s')
+			d.writeJSONString(kv.valueToken)
 		} else {
 			// Not a string: the API never serves this, but a different raw
 			// value must still give a different digest.
-			h.Write([]byte{'r'})
-			writeField(h, kv.value.Raw)
+			d.writeByte('r')
+			d.writeString(kv.valueToken)
 		}
 	}
 }
 
-func writeField(h hash.Hash, s string) {
-	writeUint(h, uint64(len(s)))
-	h.Write([]byte(s))
+// member is one "key": value pair of a JSON object, as raw tokens.
+type member struct{ keyToken, valueToken string }
+
+// key is the decoded key; keys almost never need unescaping.
+func (m member) key() string {
+	if strings.IndexByte(m.keyToken, '\\') < 0 {
+		return m.keyToken[1 : len(m.keyToken)-1]
+	}
+	return gjson.Parse(m.keyToken).String()
 }
 
-func writeUint(h hash.Hash, n uint64) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], n)
-	h.Write(b[:])
+func isStringToken(tok string) bool { return len(tok) >= 2 && tok[0] == '"' }
+
+// forEachMember calls fn for each member of a JSON object, as raw tokens.
+// Unlike gjson's ForEach it does not unescape string values, which would
+// allocate a copy of every multi-line value. It stops at anything that is
+// not a well-formed object; it never reads out of bounds.
+func forEachMember(obj string, fn func(member)) {
+	if len(obj) < 2 || obj[0] != '{' {
+		return
+	}
+	i := 1
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] == '}' {
+			return
+		}
+		if obj[i] == ',' {
+			i++
+			continue
+		}
+		if obj[i] != '"' {
+			return
+		}
+		keyEnd := stringEnd(obj, i)
+		if keyEnd < 0 {
+			return
+		}
+		key := obj[i:keyEnd]
+		i = skipSpace(obj, keyEnd)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = skipSpace(obj, i+1)
+		if i >= len(obj) {
+			return
+		}
+		var valueEnd int
+		if obj[i] == '"' {
+			valueEnd = stringEnd(obj, i)
+		} else {
+			valueEnd = i + len(gjson.Parse(obj[i:]).Raw)
+		}
+		if valueEnd <= i || valueEnd > len(obj) {
+			return
+		}
+		fn(member{keyToken: key, valueToken: obj[i:valueEnd]})
+		i = valueEnd
+	}
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index after the closing quote of the string token
+// starting at s[i], or -1 if it is not closed.
+func stringEnd(s string, i int) int {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
 }

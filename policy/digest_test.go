@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+)
+
+// decodeWithUnescape runs unescape over a JSON string token and returns the
+// bytes it wrote and the length it counted.
+func decodeWithUnescape(token string) (string, int) {
+	var got strings.Builder
+	h := &captureHash{b: &got}
+	d := digestWriter{h: h}
+	n := unescape(token[1:len(token)-1], &d)
+	d.flush()
+	return got.String(), n
+}
+
+// TestUnescapeMatchesEncodingJSON ensures the streaming unescaper decodes
+// every escape form exactly as encoding/json does.
+func TestUnescapeMatchesEncodingJSON(t *testing.T) {
+	for _, tt := range []struct{ name, token string }{
+		{"Plain", `"hello"`},
+		{"ShortEscapes", `"a\"b\\c\/d\be\ff\ng\rh\ti"`},
+		{"UnicodeEscape", `"\u003cscript\u003e \u00e9"`},
+		{"SurrogatePair", `"\ud83d\ude00"`},
+		{"LoneHighSurrogate", `"\ud83dx"`},
+		{"LoneLowSurrogate", `"\ude00"`},
+		{"HighThenNonLow", `"\ud83d\u0041"`},
+		{"RawUTF8", `"žluťoučký kůň"`},
+		{"Empty", `""`},
+		{"LongMultiLine", `"` + strings.Repeat(`line\n`, 300) + `"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var want string
+			require.NoError(t, json.Unmarshal([]byte(tt.token), &want))
+			got, n := decodeWithUnescape(tt.token)
+			assert.Equal(t, want, got)
+			assert.Equal(t, len(want), n)
+		})
+	}
+}
+
+type captureHash struct{ b *strings.Builder }
+
+func (c *captureHash) Write(p []byte) (int, error) { return c.b.Write(p) }
+func (c *captureHash) Sum(b []byte) []byte         { return b }
+func (c *captureHash) Reset()                      {}
+func (c *captureHash) Size() int                   { return sha256.Size }
+func (c *captureHash) BlockSize() int              { return 64 }
+
+func digestOf(t *testing.T, data map[string]string) string {
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]string{"name": "c", "namespace": "n"}, "data": data})
+	require.NoError(t, err)
+	cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+	require.NoError(t, err)
+	return cm.hash
+}
+
+// FuzzUnescape ensures the unescaper agrees with encoding/json on every
+// string encoding/json can produce.
+func FuzzUnescape(f *testing.F) {
+	for _, s := range []string{"", "a\nb", "<&>", "\u2028", "😀", "\xff", `"\`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		token, err := json.Marshal(s)
+		require.NoError(t, err)
+		var want string
+		require.NoError(t, json.Unmarshal(token, &want))
+		got, n := decodeWithUnescape(string(token))
+		if got != want || n != len(want) {
+			t.Fatalf("unescape(%s) = %q (%d), want %q", token, got, n, want)
+		}
+	})
+}
+
+// FuzzDataHashUnambiguous ensures two ConfigMaps hash alike exactly when
+// their data is equal: no choice of keys and values makes different data
+// collide by construction (e.g. by moving bytes between a key and a value,
+// or between two entries).
+func FuzzDataHashUnambiguous(f *testing.F) {
+	f.Add("a", "bc", "ab", "c")
+	f.Add("k", "", "k", "")
+	f.Add("x\x00", "y", "x", "\x00y")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		m1 := roundTrip(t, map[string]string{k1: v1})
+		m2 := roundTrip(t, map[string]string{k2: v2})
+		m3 := roundTrip(t, map[string]string{k1: v1, k2: v2})
+		pairs := [][2]map[string]string{{m1, m2}, {m1, m3}, {m2, m3}}
+		for _, p := range pairs {
+			same := fmt.Sprint(p[0]) == fmt.Sprint(p[1])
+			if (digestOf(t, p[0]) == digestOf(t, p[1])) != same {
+				t.Fatalf("data %q and %q: equal=%v but digests equal=%v", p[0], p[1], same, !same)
+			}
+		}
+	})
+}
+
+// roundTrip normalizes a map the way the API would store it (invalid UTF-8
+// becomes U+FFFD).
+func roundTrip(t *testing.T, m map[string]string) map[string]string {
+	raw, err := json.Marshal(m)
+	require.NoError(t, err)
+	var out map[string]string
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+// BenchmarkParseConfigMap measures reading a ConfigMap event's object
+// (names, annotations, data digest) at three sizes, with multi-line values
+// so that every value needs unescaping.
+func BenchmarkParseConfigMap(b *testing.B) {
+	for _, size := range []int{1 << 10, 100 << 10, 1 << 20} {
+		line := strings.Repeat("key = some configuration value\n", 1)
+		var data = map[string]string{}
+		for i := 0; len(fmt.Sprint(data)) < size; i++ {
+			data[fmt.Sprintf("file-%d.conf", i)] = strings.Repeat(line, 1024/len(line)+1)
+		}
+		raw, _ := json.Marshal(map[string]any{
+			"kind": "ConfigMap", "apiVersion": "v1",
+			"metadata": map[string]any{"name": "webapp-config", "namespace": "default", "uid": "u",
+				"annotations": map[string]string{DefaultSelectorAnnotation: "app=webapp"}},
+			"data": data,
+		})
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := parseConfigMap(raw, DefaultSelectorAnnotation); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzParseConfigMap ensures no input makes reading an object panic, and
+// that re-encoding the same content (other escaping, other key order)
+// keeps the digest.
+func FuzzParseConfigMap(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"data":{"a":"b\n","c":"\u003c"}}`))
+	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"data":{"a":1,"b":[1,{"x":"y"}],"c":null}}`))
+	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"data":{"a":"`))
+	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"binaryData":{"k":"AAE="},"data":"x"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+		if err != nil {
+			return
+		}
+		var obj map[string]any
+		if json.Unmarshal(raw, &obj) != nil {
+			return
+		}
+		again, err := json.Marshal(obj)
+		require.NoError(t, err)
+		cm2, err := parseConfigMap(again, DefaultSelectorAnnotation)
+		require.NoError(t, err)
+		if !hasDuplicateKeys(raw, obj) && cm.hash != cm2.hash {
+			t.Fatalf("digest changed after re-encoding %s as %s", raw, again)
+		}
+	})
+}
+
+// hasDuplicateKeys reports whether a section repeats a key, which
+// encoding/json collapses while the digest keeps both.
+func hasDuplicateKeys(raw []byte, obj map[string]any) bool {
+	for _, section := range []string{"data", "binaryData"} {
+		m, ok := obj[section].(map[string]any)
+		if !ok {
+			continue
+		}
+		n := 0
+		forEachMember(gjson.GetBytes(raw, section).Raw, func(member) { n++ })
+		if n != len(m) {
+			return true
+		}
+	}
+	return false
+}
