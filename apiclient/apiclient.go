@@ -169,9 +169,21 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // object when name is not empty. Segments are escaped so a name can never
 // change the path's shape.
 func CorePath(namespace, resource, name string) string {
-	p := "/api/v1/namespaces/" + url.PathEscape(namespace) + "/" + url.PathEscape(resource)
+	p := "/api/v1/namespaces/" + segment(namespace) + "/" + segment(resource)
 	if name != "" {
-		p += "/" + url.PathEscape(name)
+		p += "/" + segment(name)
 	}
 	return p
+}
+
+// segment escapes one path segment, including "." and "..", which
+// url.PathEscape leaves alone and which would otherwise climb the path.
+func segment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
 }

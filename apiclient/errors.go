@@ -1,11 +1,13 @@
 package apiclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -38,7 +40,7 @@ func statusFromResponse(resp *http.Response) *StatusError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
 	e := StatusFromJSON(body)
 	if e == nil || e.Code == 0 {
-		e = &StatusError{Message: truncate(string(body), 256)}
+		e = &StatusError{Message: truncate(strings.TrimSpace(string(body)), 256)}
 	}
 	e.Code = resp.StatusCode
 	if e.RetryAfter == 0 {
@@ -126,7 +128,7 @@ func hasCode(err error, code int) bool {
 // 429, and 5xx. 4xx answers other than 429 are the caller's mistake or
 // missing RBAC and would fail again in the same way.
 func IsRetryable(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	se, ok := asStatus(err)

@@ -27,9 +27,19 @@ const (
 )
 
 func parseType(s string) (EventType, bool) {
+	// Return the constant, never EventType(s): s is a view of the decoder's
+	// line buffer, which the next line overwrites.
 	switch EventType(s) {
-	case Added, Modified, Deleted, Bookmark, Error:
-		return EventType(s), true
+	case Added:
+		return Added, true
+	case Modified:
+		return Modified, true
+	case Deleted:
+		return Deleted, true
+	case Bookmark:
+		return Bookmark, true
+	case Error:
+		return Error, true
 	}
 	return "", false
 }
@@ -45,8 +55,8 @@ type Event struct {
 }
 
 // MalformedError is a line that could not be understood. The stream is still
-// usable: the caller logs it and reads on. It never carries the line's
-// content, which may hold ConfigMap data.
+// usable: the caller logs it and reads on. It never carries the object, which
+// may hold ConfigMap data; at most 40 bytes of an unknown event type.
 type MalformedError struct {
 	Reason string
 	Length int

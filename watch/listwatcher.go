@@ -97,6 +97,10 @@ const (
 	// a failure and backs off, so a server that closes streams at once is
 	// not hammered in a loop.
 	minHealthyWatch = time.Second
+	// resetBackOffAfter: only a watch that delivered events or stayed open
+	// this long resets the backoff, so a server that drops every stream
+	// after a second or two is still met with growing delays on errors.
+	resetBackOffAfter = 2 * time.Minute
 	// maxRetryAfter bounds a server's Retry-After hint.
 	maxRetryAfter = 5 * time.Minute
 	// watchSlack lets the server end a watch at its timeoutSeconds before the
@@ -189,10 +193,11 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 		lw.metrics.WatchStarts.Inc(startReason)
 		started := lw.cfg.Now()
 		events, err := lw.watch(ctx)
-		healthy := events > 0 || lw.cfg.Now().Sub(started) >= minHealthyWatch
-		if healthy {
+		lasted := lw.cfg.Now().Sub(started)
+		if events > 0 || lasted >= resetBackOffAfter {
 			bo.Reset()
 		}
+		healthy := events > 0 || lasted >= minHealthyWatch
 		if ctx.Err() != nil {
 			break
 		}
@@ -232,11 +237,11 @@ func isGone(err error) bool { return apiclient.IsGone(err) }
 // for it with Retry-After.
 func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
 	d := bo.NextBackOff()
-	if ra := min(apiclient.RetryAfter(err), maxRetryAfter); ra > d {
-		d = ra
-	}
 	if d == backoff.Stop {
 		d = lw.cfg.MinWatchTimeout // a custom policy gave up; we do not
+	}
+	if ra := min(apiclient.RetryAfter(err), maxRetryAfter); ra > d {
+		d = ra
 	}
 	select {
 	case <-ctx.Done():
