@@ -1,0 +1,996 @@
+package manifests
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The rules the controller needs, and no more: "apiGroup resource verb".
+// Events, pods/eviction and leases join this list when those features land.
+var allowedRules = []string{
+	" configmaps list",
+	" configmaps watch",
+	" configmaps patch", // the restarted-for annotation (RECORD_HASH=true, the default)
+	" pods list",
+	" pods delete",
+}
+
+const (
+	controllerImage = "ghcr.io/k8spatterns/config-watcher"
+	deleteSelector  = "k8spatterns.io/podDeleteSelector"
+)
+
+// loopbackHosts are the --accept-hosts patterns that admit loopback names only.
+var loopbackHosts = []string{`^localhost$`, `^127\.0\.0\.1$`, `^\[::1\]$`}
+
+// obj is one Kubernetes object as kubectl prints it in JSON.
+type obj = map[string]any
+
+// check is one property of the rendered manifests; it returns what violates it.
+type check struct {
+	name string
+	fn   func(objs []obj) []string
+}
+
+// containerChecks hold for every container of every pod template, base and demo alike.
+var containerChecks = []check{
+	{"EveryContainerRunsAsNonRootWithNumericIDs", checkNonRoot},
+	{"EveryContainerHasReadOnlyRootFilesystem", checkReadOnlyRoot},
+	{"NoContainerCanEscalatePrivileges", checkNoEscalation},
+	{"EveryContainerDropsAllCapabilities", checkDropAll},
+	{"EveryPodUsesRuntimeDefaultSeccomp", checkSeccomp},
+	{"EveryContainerHasRequestsAndMemoryLimit", checkResources},
+	{"EveryImageIsPinned", checkPinnedImages},
+}
+
+// baseChecks hold for manifests/ (the controller).
+var baseChecks = append(slices.Clone(containerChecks),
+	check{"RoleGrantsExactlyWhatTheControllerUses", checkRoleRules},
+	check{"NoClusterWideRBAC", checkNoClusterRBAC},
+	check{"ControllerRunsAsTheBoundServiceAccount", checkServiceAccountBound},
+	check{"AmbassadorListensOnLoopbackOnly", checkAmbassadorLoopback},
+	check{"ControllerTalksToTheAmbassador", checkAPIURL},
+	check{"OnlyTheAmbassadorGetsAToken", checkTokenOnlyInAmbassador},
+	check{"SingleReplicaIsRecreatedNotRolled", checkSingleRecreate},
+	check{"ControllerProbesHealthzAndReadyz", checkProbes},
+	check{"ControllerLearnsNamespaceAndPodNameFromDownwardAPI", checkDownwardAPI},
+)
+
+// demoChecks hold for manifests/demo/ (the book's webapp).
+var demoChecks = append(slices.Clone(containerChecks),
+	check{"DemoSelectorMatchesWebappPods", checkDemoSelector},
+)
+
+// TestBaseManifests ensures manifests/ renders and satisfies every base check.
+func TestBaseManifests(t *testing.T) {
+	objs := render(t, ".")
+	require.NotEmpty(t, objs)
+	for _, c := range baseChecks {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Empty(t, c.fn(objs))
+		})
+	}
+}
+
+// TestDemoManifests ensures manifests/demo/ renders and satisfies every demo check.
+func TestDemoManifests(t *testing.T) {
+	objs := render(t, "demo")
+	require.NotEmpty(t, objs)
+	for _, c := range demoChecks {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Empty(t, c.fn(objs))
+		})
+	}
+}
+
+// violation breaks the rendered manifests of dir in one way that the check named
+// check must report.
+type violation struct {
+	name   string
+	dir    string
+	check  string
+	mutate func(t *testing.T, objs []obj) []obj
+}
+
+var violations = []violation{
+	{"ContainerRunAsNonRootFalseOverridesPod", ".", "EveryContainerRunsAsNonRootWithNumericIDs", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "ambassador"))["runAsNonRoot"] = false
+		return o
+	}},
+	{"RunAsNonRootMissingAtBothLevels", "demo", "EveryContainerRunsAsNonRootWithNumericIDs", func(t *testing.T, o []obj) []obj {
+		delete(secCtx(t, container(t, o, "app")), "runAsNonRoot")
+		delete(podSecCtx(t, o, "webapp"), "runAsNonRoot")
+		return o
+	}},
+	{"RunAsUserRoot", ".", "EveryContainerRunsAsNonRootWithNumericIDs", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "config-watcher"))["runAsUser"] = 0
+		return o
+	}},
+	{"RunAsGroupMissingAtBothLevels", ".", "EveryContainerRunsAsNonRootWithNumericIDs", func(t *testing.T, o []obj) []obj {
+		delete(secCtx(t, container(t, o, "config-watcher")), "runAsGroup")
+		delete(podSecCtx(t, o, "config-watcher"), "runAsGroup")
+		return o
+	}},
+	{"WritableRootFilesystem", ".", "EveryContainerHasReadOnlyRootFilesystem", func(t *testing.T, o []obj) []obj {
+		delete(secCtx(t, container(t, o, "ambassador")), "readOnlyRootFilesystem")
+		return o
+	}},
+	{"PrivilegeEscalationAllowed", "demo", "NoContainerCanEscalatePrivileges", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "app"))["allowPrivilegeEscalation"] = true
+		return o
+	}},
+	{"PrivilegedContainer", ".", "NoContainerCanEscalatePrivileges", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "config-watcher"))["privileged"] = true
+		return o
+	}},
+	{"CapabilityKept", ".", "EveryContainerDropsAllCapabilities", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "config-watcher"))["capabilities"] = map[string]any{"drop": []any{"NET_RAW"}}
+		return o
+	}},
+	{"CapabilityAddedBack", "demo", "EveryContainerDropsAllCapabilities", func(t *testing.T, o []obj) []obj {
+		secCtx(t, container(t, o, "app"))["capabilities"] = map[string]any{"drop": []any{"ALL"}, "add": []any{"NET_BIND_SERVICE"}}
+		return o
+	}},
+	{"SeccompUnconfined", ".", "EveryPodUsesRuntimeDefaultSeccomp", func(t *testing.T, o []obj) []obj {
+		podSecCtx(t, o, "config-watcher")["seccompProfile"] = map[string]any{"type": "Unconfined"}
+		return o
+	}},
+	{"SeccompMissing", "demo", "EveryPodUsesRuntimeDefaultSeccomp", func(t *testing.T, o []obj) []obj {
+		delete(podSecCtx(t, o, "webapp"), "seccompProfile")
+		return o
+	}},
+	{"MemoryLimitMissing", ".", "EveryContainerHasRequestsAndMemoryLimit", func(t *testing.T, o []obj) []obj {
+		delete(container(t, o, "ambassador"), "resources")
+		return o
+	}},
+	{"CPURequestMissing", "demo", "EveryContainerHasRequestsAndMemoryLimit", func(t *testing.T, o []obj) []obj {
+		delete(dig(container(t, o, "app"), "resources", "requests").(map[string]any), "cpu")
+		return o
+	}},
+	{"ImageWithoutTag", "demo", "EveryImageIsPinned", func(t *testing.T, o []obj) []obj {
+		container(t, o, "app")["image"] = "hashicorp/http-echo"
+		return o
+	}},
+	{"ImageLatest", ".", "EveryImageIsPinned", func(t *testing.T, o []obj) []obj {
+		container(t, o, "config-watcher")["image"] = "localhost:5000/config-watcher:latest"
+		return o
+	}},
+	{"WildcardVerb", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
+		addRule(t, o, map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"*"}})
+		return o
+	}},
+	{"WildcardResource", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
+		addRule(t, o, map[string]any{"apiGroups": []any{""}, "resources": []any{"*"}, "verbs": []any{"get"}})
+		return o
+	}},
+	{"SecretsReadable", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
+		addRule(t, o, map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}})
+		return o
+	}},
+	{"PodDeleteMissing", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
+		role := find(t, o, "Role", "config-watcher")
+		var kept []any
+		for _, r := range list(role, "rules") {
+			if !slices.Contains(strs(list(r, "resources")), "pods") {
+				kept = append(kept, r)
+			}
+		}
+		role["rules"] = kept
+		return o
+	}},
+	{"ClusterRoleAdded", ".", "NoClusterWideRBAC", func(t *testing.T, o []obj) []obj {
+		return append(o, obj{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+			"metadata": map[string]any{"name": "config-watcher"}})
+	}},
+	{"BoundToBuiltinEdit", ".", "NoClusterWideRBAC", func(t *testing.T, o []obj) []obj {
+		find(t, o, "RoleBinding", "config-watcher")["roleRef"] = map[string]any{
+			"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+		return o
+	}},
+	{"DeploymentUsesDefaultServiceAccount", ".", "ControllerRunsAsTheBoundServiceAccount", func(t *testing.T, o []obj) []obj {
+		delete(podSpec(t, o, "config-watcher"), "serviceAccountName")
+		return o
+	}},
+	{"BindingNamesAnotherAccount", ".", "ControllerRunsAsTheBoundServiceAccount", func(t *testing.T, o []obj) []obj {
+		list(find(t, o, "RoleBinding", "config-watcher"), "subjects")[0].(map[string]any)["name"] = "someone-else"
+		return o
+	}},
+	{"ProxyOnAllInterfaces", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
+		setFlag(t, container(t, o, "ambassador"), "--address", "0.0.0.0")
+		return o
+	}},
+	{"ProxyAcceptsAnyHost", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
+		setFlag(t, container(t, o, "ambassador"), "--accept-hosts", ".*")
+		return o
+	}},
+	{"ProxyPortPublished", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
+		container(t, o, "ambassador")["ports"] = []any{map[string]any{"containerPort": 8001}}
+		return o
+	}},
+	{"PodOnHostNetwork", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
+		podSpec(t, o, "config-watcher")["hostNetwork"] = true
+		return o
+	}},
+	{"APIURLWrongPort", ".", "ControllerTalksToTheAmbassador", func(t *testing.T, o []obj) []obj {
+		setEnv(t, container(t, o, "config-watcher"), "API_URL", "http://127.0.0.1:8080")
+		return o
+	}},
+	{"APIURLRemoteHost", ".", "ControllerTalksToTheAmbassador", func(t *testing.T, o []obj) []obj {
+		setEnv(t, container(t, o, "config-watcher"), "API_URL", "https://kubernetes.default.svc:8001")
+		return o
+	}},
+	{"TokenAutomounted", ".", "OnlyTheAmbassadorGetsAToken", func(t *testing.T, o []obj) []obj {
+		delete(podSpec(t, o, "config-watcher"), "automountServiceAccountToken")
+		return o
+	}},
+	{"ControllerMountsToken", ".", "OnlyTheAmbassadorGetsAToken", func(t *testing.T, o []obj) []obj {
+		c := container(t, o, "config-watcher")
+		c["volumeMounts"] = append(list(c, "volumeMounts"), map[string]any{
+			"name": "ambassador-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+		return o
+	}},
+	{"TwoReplicas", ".", "SingleReplicaIsRecreatedNotRolled", func(t *testing.T, o []obj) []obj {
+		find(t, o, "Deployment", "config-watcher")["spec"].(map[string]any)["replicas"] = 2
+		return o
+	}},
+	{"RollingUpdate", ".", "SingleReplicaIsRecreatedNotRolled", func(t *testing.T, o []obj) []obj {
+		delete(find(t, o, "Deployment", "config-watcher")["spec"].(map[string]any), "strategy")
+		return o
+	}},
+	{"LivenessProbeMissing", ".", "ControllerProbesHealthzAndReadyz", func(t *testing.T, o []obj) []obj {
+		delete(container(t, o, "config-watcher"), "livenessProbe")
+		return o
+	}},
+	{"ReadinessProbeOnUndeclaredPort", ".", "ControllerProbesHealthzAndReadyz", func(t *testing.T, o []obj) []obj {
+		dig(container(t, o, "config-watcher"), "readinessProbe", "httpGet").(map[string]any)["port"] = "metrics"
+		return o
+	}},
+	{"ReadinessProbeOnHealthz", ".", "ControllerProbesHealthzAndReadyz", func(t *testing.T, o []obj) []obj {
+		dig(container(t, o, "config-watcher"), "readinessProbe", "httpGet").(map[string]any)["path"] = "/healthz"
+		return o
+	}},
+	{"WatchNamespaceHardcoded", ".", "ControllerLearnsNamespaceAndPodNameFromDownwardAPI", func(t *testing.T, o []obj) []obj {
+		setEnv(t, container(t, o, "config-watcher"), "WATCH_NAMESPACE", "default")
+		return o
+	}},
+	{"PodNameMissing", ".", "ControllerLearnsNamespaceAndPodNameFromDownwardAPI", func(t *testing.T, o []obj) []obj {
+		c := container(t, o, "config-watcher")
+		var kept []any
+		for _, e := range list(c, "env") {
+			if str(e, "name") != "POD_NAME" {
+				kept = append(kept, e)
+			}
+		}
+		c["env"] = kept
+		return o
+	}},
+	{"SelectorMatchesNoPod", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
+		dig(find(t, o, "ConfigMap", "webapp-config"), "metadata", "annotations").(map[string]any)[deleteSelector] = "app=web"
+		return o
+	}},
+	{"SelectorAnnotationMissing", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
+		delete(dig(find(t, o, "ConfigMap", "webapp-config"), "metadata").(map[string]any), "annotations")
+		return o
+	}},
+	{"WebappIgnoresConfigMap", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
+		delete(container(t, o, "app"), "env")
+		return o
+	}},
+}
+
+// TestChecksCatchViolations ensures each check reports a manifest broken in the way it
+// guards against: a check that cannot fail is no check.
+func TestChecksCatchViolations(t *testing.T) {
+	rendered := map[string][]obj{".": render(t, "."), "demo": render(t, "demo")}
+	checks := map[string]check{}
+	for _, c := range append(slices.Clone(baseChecks), demoChecks...) {
+		checks[c.name] = c
+	}
+	for _, v := range violations {
+		t.Run(v.name, func(t *testing.T) {
+			c, ok := checks[v.check]
+			require.True(t, ok, "no check named %s", v.check)
+			require.Empty(t, c.fn(rendered[v.dir]), "precondition: %s passes on %s as rendered", v.check, v.dir)
+			broken := v.mutate(t, deepCopy(t, rendered[v.dir]))
+			assert.NotEmpty(t, c.fn(broken), "%s did not notice %s", v.check, v.name)
+		})
+	}
+}
+
+// TestEveryCheckHasAViolation ensures no check goes without a case proving it can fail.
+func TestEveryCheckHasAViolation(t *testing.T) {
+	covered := map[string]bool{}
+	for _, v := range violations {
+		covered[v.check] = true
+	}
+	for _, c := range append(slices.Clone(baseChecks), demoChecks...) {
+		assert.True(t, covered[c.name], "check %s has no violation case", c.name)
+	}
+}
+
+// --- checks --------------------------------------------------------------------------
+
+func checkNonRoot(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if v, _ := c.effective("runAsNonRoot").(bool); !v {
+			bad = append(bad, c.where+": runAsNonRoot is not true")
+		}
+		// Numeric IDs: the kubelet can then verify runAsNonRoot without reading the
+		// image's /etc/passwd, and images that default to root (kubectl's) are overridden.
+		for _, key := range []string{"runAsUser", "runAsGroup"} {
+			if id, ok := c.effective(key).(float64); !ok || id == 0 {
+				bad = append(bad, fmt.Sprintf("%s: %s is %v, want a non-zero number", c.where, key, c.effective(key)))
+			}
+		}
+	}
+	return bad
+}
+
+func checkReadOnlyRoot(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if v, _ := dig(c.c, "securityContext", "readOnlyRootFilesystem").(bool); !v {
+			bad = append(bad, c.where+": readOnlyRootFilesystem is not true")
+		}
+	}
+	return bad
+}
+
+func checkNoEscalation(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if v, ok := dig(c.c, "securityContext", "allowPrivilegeEscalation").(bool); !ok || v {
+			bad = append(bad, c.where+": allowPrivilegeEscalation is not false")
+		}
+		if v, _ := dig(c.c, "securityContext", "privileged").(bool); v {
+			bad = append(bad, c.where+": privileged")
+		}
+	}
+	return bad
+}
+
+func checkDropAll(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if !slices.Contains(strs(list(c.c, "securityContext", "capabilities", "drop")), "ALL") {
+			bad = append(bad, c.where+": capabilities.drop lacks ALL")
+		}
+		if add := list(c.c, "securityContext", "capabilities", "add"); len(add) > 0 {
+			bad = append(bad, fmt.Sprintf("%s: adds capabilities %v", c.where, add))
+		}
+	}
+	return bad
+}
+
+func checkSeccomp(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if p := str(c.effective("seccompProfile"), "type"); p != "RuntimeDefault" {
+			bad = append(bad, fmt.Sprintf("%s: seccompProfile %q, want RuntimeDefault", c.where, p))
+		}
+	}
+	return bad
+}
+
+func checkResources(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		for _, path := range [][]string{{"requests", "cpu"}, {"requests", "memory"}, {"limits", "memory"}} {
+			if str(c.c, append([]string{"resources"}, path...)...) == "" {
+				bad = append(bad, c.where+": no resources."+strings.Join(path, "."))
+			}
+		}
+	}
+	return bad
+}
+
+func checkPinnedImages(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		image := str(c.c, "image")
+		if strings.Contains(image, "@sha256:") {
+			continue
+		}
+		// The tag follows the last path element; a registry may carry a port.
+		_, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+		if !ok || tag == "" || tag == "latest" {
+			bad = append(bad, fmt.Sprintf("%s: image %q is not pinned to a tag or digest", c.where, image))
+		}
+	}
+	return bad
+}
+
+func checkRoleRules(objs []obj) []string {
+	var bad []string
+	granted := map[string]bool{}
+	for _, o := range objs {
+		if o["kind"] != "Role" {
+			continue
+		}
+		for _, r := range list(o, "rules") {
+			if len(list(r, "nonResourceURLs")) > 0 {
+				bad = append(bad, "Role grants nonResourceURLs")
+			}
+			if len(list(r, "resourceNames")) > 0 {
+				bad = append(bad, "Role rule has resourceNames: this check does not model them")
+			}
+			for _, g := range strs(list(r, "apiGroups")) {
+				for _, res := range strs(list(r, "resources")) {
+					for _, verb := range strs(list(r, "verbs")) {
+						rule := g + " " + res + " " + verb
+						if g == "*" || res == "*" || verb == "*" {
+							bad = append(bad, fmt.Sprintf("Role %s grants a wildcard: %q", nameOf(o), rule))
+						}
+						granted[rule] = true
+					}
+				}
+			}
+		}
+	}
+	for rule := range granted {
+		if !slices.Contains(allowedRules, rule) {
+			bad = append(bad, fmt.Sprintf("Role grants %q, which the controller does not use", rule))
+		}
+	}
+	for _, rule := range allowedRules {
+		if !granted[rule] {
+			bad = append(bad, fmt.Sprintf("Role lacks %q, which the controller needs", rule))
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+func checkNoClusterRBAC(objs []obj) []string {
+	var bad []string
+	for _, o := range objs {
+		switch o["kind"] {
+		case "ClusterRole", "ClusterRoleBinding":
+			bad = append(bad, fmt.Sprintf("%s %s in the base", o["kind"], nameOf(o)))
+		case "RoleBinding":
+			if k := str(o, "roleRef", "kind"); k != "Role" {
+				bad = append(bad, fmt.Sprintf("RoleBinding %s refers to a %s (%s), want a Role", nameOf(o), k, str(o, "roleRef", "name")))
+			}
+		}
+	}
+	return bad
+}
+
+func checkServiceAccountBound(objs []obj) []string {
+	var bad []string
+	for _, p := range pods(objs) {
+		sa := str(p.spec, "serviceAccountName")
+		if sa == "" {
+			bad = append(bad, p.owner+": no serviceAccountName (would run as `default`)")
+			continue
+		}
+		if !has(objs, "ServiceAccount", sa) {
+			bad = append(bad, fmt.Sprintf("%s: ServiceAccount %s is not in the manifests", p.owner, sa))
+		}
+		bound := false
+		for _, o := range objs {
+			if o["kind"] != "RoleBinding" || !has(objs, "Role", str(o, "roleRef", "name")) {
+				continue
+			}
+			for _, s := range list(o, "subjects") {
+				bound = bound || (str(s, "kind") == "ServiceAccount" && str(s, "name") == sa)
+			}
+		}
+		if !bound {
+			bad = append(bad, fmt.Sprintf("%s: no RoleBinding binds ServiceAccount %s to the Role", p.owner, sa))
+		}
+	}
+	return bad
+}
+
+func checkAmbassadorLoopback(objs []obj) []string {
+	var bad []string
+	ambassadors := 0
+	for _, c := range containers(objs) {
+		if !isProxy(c.c) {
+			continue
+		}
+		ambassadors++
+		if addr, _ := flag(c.c, "--address"); addr != "127.0.0.1" {
+			bad = append(bad, fmt.Sprintf("%s: --address=%q, want 127.0.0.1", c.where, addr))
+		}
+		hosts, ok := flag(c.c, "--accept-hosts")
+		if !ok {
+			bad = append(bad, c.where+": no explicit --accept-hosts")
+		}
+		for _, h := range strings.Split(hosts, ",") {
+			if ok && !slices.Contains(loopbackHosts, h) {
+				bad = append(bad, fmt.Sprintf("%s: --accept-hosts admits %q", c.where, h))
+			}
+		}
+		if ports := list(c.c, "ports"); len(ports) > 0 {
+			bad = append(bad, c.where+": declares ports; the proxy is for the pod's own containers")
+		}
+		// On the host network, 127.0.0.1 is the node's loopback, open to every process there.
+		if v, _ := c.pod["hostNetwork"].(bool); v {
+			bad = append(bad, c.where+": hostNetwork makes loopback the node's")
+		}
+	}
+	if ambassadors != 1 {
+		bad = append(bad, fmt.Sprintf("%d kubectl proxy containers, want 1", ambassadors))
+	}
+	return bad
+}
+
+func checkAPIURL(objs []obj) []string {
+	var bad []string
+	proxyPort := ""
+	for _, c := range containers(objs) {
+		if isProxy(c.c) {
+			proxyPort, _ = flag(c.c, "--port")
+		}
+	}
+	for _, c := range containers(objs) {
+		if !isController(c.c) {
+			continue
+		}
+		raw := env(c.c, "API_URL")
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") || u.Port() != proxyPort {
+			bad = append(bad, fmt.Sprintf("%s: API_URL %q is not the ambassador on loopback port %q", c.where, raw, proxyPort))
+		}
+	}
+	return bad
+}
+
+func checkTokenOnlyInAmbassador(objs []obj) []string {
+	var bad []string
+	for _, p := range pods(objs) {
+		if v, ok := p.spec["automountServiceAccountToken"].(bool); !ok || v {
+			bad = append(bad, p.owner+": automountServiceAccountToken is not false: every container gets the token")
+		}
+		tokenVolumes := map[string]bool{}
+		for _, v := range list(p.spec, "volumes") {
+			for _, src := range list(v, "projected", "sources") {
+				if dig(src, "serviceAccountToken") != nil {
+					tokenVolumes[str(v, "name")] = true
+				}
+			}
+		}
+		if len(tokenVolumes) == 0 {
+			bad = append(bad, p.owner+": no projected token volume for the ambassador")
+		}
+		for _, c := range p.containers() {
+			for _, m := range list(c.c, "volumeMounts") {
+				if tokenVolumes[str(m, "name")] && !isProxy(c.c) {
+					bad = append(bad, fmt.Sprintf("%s: mounts token volume %s", c.where, str(m, "name")))
+				}
+			}
+		}
+	}
+	return bad
+}
+
+func checkSingleRecreate(objs []obj) []string {
+	var bad []string
+	for _, o := range objs {
+		if o["kind"] != "Deployment" {
+			continue
+		}
+		if n, _ := dig(o, "spec", "replicas").(float64); n != 1 {
+			bad = append(bad, fmt.Sprintf("Deployment %s: replicas %v, want 1 until leader election exists", nameOf(o), dig(o, "spec", "replicas")))
+		}
+		if s := str(o, "spec", "strategy", "type"); s != "Recreate" {
+			bad = append(bad, fmt.Sprintf("Deployment %s: strategy %q, want Recreate (no two controllers during a rollout)", nameOf(o), s))
+		}
+	}
+	return bad
+}
+
+func checkProbes(objs []obj) []string {
+	var bad []string
+	seen := false
+	for _, c := range containers(objs) {
+		if !isController(c.c) {
+			continue
+		}
+		seen = true
+		ports := map[string]bool{}
+		for _, p := range list(c.c, "ports") {
+			ports[str(p, "name")] = true
+		}
+		for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+			get := dig(c.c, probe, "httpGet")
+			if got := str(get, "path"); got != path {
+				bad = append(bad, fmt.Sprintf("%s: %s path %q, want httpGet %s", c.where, probe, got, path))
+			}
+			if port := str(get, "port"); !ports[port] {
+				bad = append(bad, fmt.Sprintf("%s: %s port %q is not a named port of the container", c.where, probe, port))
+			}
+		}
+	}
+	if !seen {
+		bad = append(bad, "no container runs "+controllerImage)
+	}
+	return bad
+}
+
+func checkDownwardAPI(objs []obj) []string {
+	var bad []string
+	want := map[string]string{"WATCH_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+	for _, c := range containers(objs) {
+		if !isController(c.c) {
+			continue
+		}
+		for name, field := range want {
+			got := ""
+			for _, e := range list(c.c, "env") {
+				if str(e, "name") == name {
+					got = str(e, "valueFrom", "fieldRef", "fieldPath")
+				}
+			}
+			if got != field {
+				bad = append(bad, fmt.Sprintf("%s: %s from fieldRef %q, want %q", c.where, name, got, field))
+			}
+		}
+	}
+	return bad
+}
+
+func checkDemoSelector(objs []obj) []string {
+	var bad []string
+	for _, cm := range objs {
+		if cm["kind"] != "ConfigMap" {
+			continue
+		}
+		sel := str(cm, "metadata", "annotations", deleteSelector)
+		if sel == "" {
+			bad = append(bad, fmt.Sprintf("ConfigMap %s lacks the %s annotation", nameOf(cm), deleteSelector))
+			continue
+		}
+		want, err := equalitySelector(sel)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("ConfigMap %s: %v", nameOf(cm), err))
+			continue
+		}
+		matched := false
+		for _, p := range pods(objs) {
+			if !labelsMatch(dig(p.template, "metadata", "labels"), want) {
+				continue
+			}
+			for _, c := range p.containers() {
+				for _, e := range list(c.c, "env") {
+					matched = matched || str(e, "valueFrom", "configMapKeyRef", "name") == nameOf(cm)
+				}
+			}
+		}
+		if !matched {
+			bad = append(bad, fmt.Sprintf("ConfigMap %s: selector %q matches no pod template that reads it", nameOf(cm), sel))
+		}
+	}
+	return bad
+}
+
+// --- rendering -----------------------------------------------------------------------
+
+// render runs `kubectl kustomize dir` and turns its YAML into objects. kubectl has no
+// JSON output for kustomize; an empty merge patch applied --local re-prints each object
+// unchanged as JSON without contacting a server (create --dry-run=client would).
+func render(t *testing.T, dir string) []obj {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed: cannot render the manifests")
+	}
+	touchInputs(t, kubectl, dir)
+	yaml := run(t, kubectl, nil, "kustomize", dir)
+	out := run(t, kubectl, yaml, "patch", "--local", "-f", "-", "--type=merge", "-p", "{}", "-o", "json")
+	var objs []obj
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var o obj
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err, "decode kubectl output")
+		}
+		if o["kind"] == "List" {
+			for _, it := range list(o, "items") {
+				objs = append(objs, it.(map[string]any))
+			}
+			continue
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+// touchInputs reads what kubectl will read. go test caches a package's result keyed by
+// the files the test itself opened; files opened only by the kubectl child process
+// would not invalidate it, and an edited manifest would pass from the cache.
+func touchInputs(t *testing.T, kubectl, dir string) {
+	t.Helper()
+	_, err := os.Stat(kubectl)
+	require.NoError(t, err)
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		_, err = os.ReadFile(path)
+		return err
+	}))
+}
+
+func run(t *testing.T, kubectl string, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(kubectl, args...)
+	// No kubeconfig: nothing here may reach a cluster.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+os.DevNull)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), stderr.String())
+	return out
+}
+
+func deepCopy(t *testing.T, objs []obj) []obj {
+	t.Helper()
+	b, err := json.Marshal(objs)
+	require.NoError(t, err)
+	var out []obj
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// --- navigating objects --------------------------------------------------------------
+
+// dig walks nested maps; it returns nil where a key is missing.
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func str(v any, path ...string) string {
+	s, _ := dig(v, path...).(string)
+	return s
+}
+
+func list(v any, path ...string) []any {
+	l, _ := dig(v, path...).([]any)
+	return l
+}
+
+func strs(l []any) []string {
+	out := make([]string, 0, len(l))
+	for _, v := range l {
+		out = append(out, fmt.Sprint(v))
+	}
+	return out
+}
+
+func nameOf(o obj) string { return str(o, "metadata", "name") }
+
+func has(objs []obj, kind, name string) bool {
+	return slices.ContainsFunc(objs, func(o obj) bool { return o["kind"] == kind && nameOf(o) == name })
+}
+
+// pod is the pod template of a workload.
+type pod struct {
+	owner    string
+	template map[string]any // metadata + spec
+	spec     map[string]any
+}
+
+// containerRef is one container with the pod spec it inherits security settings from.
+type containerRef struct {
+	where string
+	pod   map[string]any
+	c     map[string]any
+}
+
+// effective is a securityContext field as the kubelet applies it: the container's
+// value, else the pod's.
+func (c containerRef) effective(key string) any {
+	if v := dig(c.c, "securityContext", key); v != nil {
+		return v
+	}
+	return dig(c.pod, "securityContext", key)
+}
+
+func pods(objs []obj) []pod {
+	var out []pod
+	for _, o := range objs {
+		var tmpl any
+		switch o["kind"] {
+		case "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job":
+			tmpl = dig(o, "spec", "template")
+		case "CronJob":
+			tmpl = dig(o, "spec", "jobTemplate", "spec", "template")
+		case "Pod":
+			tmpl = o
+		default:
+			continue
+		}
+		m, _ := tmpl.(map[string]any)
+		spec, _ := dig(m, "spec").(map[string]any)
+		out = append(out, pod{owner: fmt.Sprintf("%s/%s", o["kind"], nameOf(o)), template: m, spec: spec})
+	}
+	return out
+}
+
+func (p pod) containers() []containerRef {
+	var out []containerRef
+	for _, field := range []string{"initContainers", "containers"} {
+		for _, c := range list(p.spec, field) {
+			m := c.(map[string]any)
+			out = append(out, containerRef{where: p.owner + " " + str(m, "name"), pod: p.spec, c: m})
+		}
+	}
+	return out
+}
+
+func containers(objs []obj) []containerRef {
+	var out []containerRef
+	for _, p := range pods(objs) {
+		out = append(out, p.containers()...)
+	}
+	return out
+}
+
+// args is a container's command line as the runtime sees it (image entrypoint aside).
+func args(c map[string]any) []string {
+	return append(strs(list(c, "command")), strs(list(c, "args"))...)
+}
+
+// isProxy tells the ambassador: a container running `kubectl proxy`.
+func isProxy(c map[string]any) bool {
+	a := args(c)
+	return slices.Contains(a, "proxy") && strings.Contains(str(c, "image")+strings.Join(a, " "), "kubectl")
+}
+
+func isController(c map[string]any) bool {
+	return strings.HasPrefix(str(c, "image"), controllerImage+":") || strings.HasPrefix(str(c, "image"), controllerImage+"@")
+}
+
+// flag finds --name=value or --name value on a container's command line.
+func flag(c map[string]any, name string) (string, bool) {
+	a := args(c)
+	for i, s := range a {
+		if v, ok := strings.CutPrefix(s, name+"="); ok {
+			return v, true
+		}
+		if s == name && i+1 < len(a) {
+			return a[i+1], true
+		}
+	}
+	return "", false
+}
+
+func env(c map[string]any, name string) string {
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			return str(e, "value")
+		}
+	}
+	return ""
+}
+
+// equalitySelector parses the equality-based subset of the label selector grammar
+// (k=v, k==v, comma-separated), which is all the demo needs.
+func equalitySelector(sel string) (map[string]string, error) {
+	want := map[string]string{}
+	for _, term := range strings.Split(sel, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(term), "=")
+		v = strings.TrimPrefix(v, "=")
+		if !ok || k == "" || strings.ContainsAny(k+v, "!() ") {
+			return nil, fmt.Errorf("selector %q: term %q is not key=value", sel, term)
+		}
+		want[k] = v
+	}
+	return want, nil
+}
+
+func labelsMatch(labels any, want map[string]string) bool {
+	for k, v := range want {
+		if str(labels, k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// --- mutating objects (violation cases) ----------------------------------------------
+
+func find(t *testing.T, objs []obj, kind, name string) obj {
+	t.Helper()
+	for _, o := range objs {
+		if o["kind"] == kind && nameOf(o) == name {
+			return o
+		}
+	}
+	require.FailNow(t, "not found", "%s %s", kind, name)
+	return nil
+}
+
+func container(t *testing.T, objs []obj, name string) map[string]any {
+	t.Helper()
+	for _, c := range containers(objs) {
+		if str(c.c, "name") == name {
+			return c.c
+		}
+	}
+	require.FailNow(t, "not found", "container %s", name)
+	return nil
+}
+
+func podSpec(t *testing.T, objs []obj, deployment string) map[string]any {
+	t.Helper()
+	spec, ok := dig(find(t, objs, "Deployment", deployment), "spec", "template", "spec").(map[string]any)
+	require.True(t, ok, "Deployment %s has no pod spec", deployment)
+	return spec
+}
+
+func secCtx(t *testing.T, c map[string]any) map[string]any {
+	t.Helper()
+	sc, ok := c["securityContext"].(map[string]any)
+	require.True(t, ok, "container %s has no securityContext", str(c, "name"))
+	return sc
+}
+
+func podSecCtx(t *testing.T, objs []obj, deployment string) map[string]any {
+	t.Helper()
+	sc, ok := podSpec(t, objs, deployment)["securityContext"].(map[string]any)
+	require.True(t, ok, "Deployment %s has no pod securityContext", deployment)
+	return sc
+}
+
+func addRule(t *testing.T, objs []obj, rule map[string]any) {
+	t.Helper()
+	role := find(t, objs, "Role", "config-watcher")
+	role["rules"] = append(list(role, "rules"), rule)
+}
+
+func setFlag(t *testing.T, c map[string]any, name, value string) {
+	t.Helper()
+	for _, field := range []string{"command", "args"} {
+		l := list(c, field)
+		for i, s := range l {
+			if strings.HasPrefix(fmt.Sprint(s), name+"=") {
+				l[i] = name + "=" + value
+				return
+			}
+		}
+	}
+	c["args"] = append(list(c, "args"), name+"="+value)
+}
+
+func setEnv(t *testing.T, c map[string]any, name, value string) {
+	t.Helper()
+	for _, e := range list(c, "env") {
+		if m := e.(map[string]any); m["name"] == name {
+			delete(m, "valueFrom")
+			m["value"] = value
+			return
+		}
+	}
+	require.FailNow(t, "not found", "env %s", name)
+}
