@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Records real API server responses into testdata/recorded/ with hack/record (see its
+# package doc), on two fresh control planes: one with the watch cache on (the default,
+# and what production runs: LIST, pods, every watch event type, large MODIFIED events)
+# and one with it off (an old resourceVersion answers 410 once etcd is compacted).
+# Files are recorded into a scratch dir and replace the old ones only when all went well.
+#
+# Usage: hack/record.sh [OUT_DIR]    (default testdata/recorded; also: make record)
+set -euo pipefail
+
+hack_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$hack_dir")"
+# shellcheck source=hack/lib.sh
+source "$hack_dir/lib.sh"
+
+out="${1:-$repo/testdata/recorded}"
+work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-record.XXXXXX")
+states=()
+cleanup() {
+	local s
+	for s in "${states[@]}"; do CW_STATE_DIR=$s "$hack_dir/cluster.sh" down || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$hack_dir/build-controlplane.sh"
+(cd "$repo" && go build -o "$work/record" ./hack/record)
+mkdir -p "$work/out"
+
+for phase in cached uncached; do
+	state="$work/cluster-$phase"
+	states+=("$state")
+	cache=true
+	[[ $phase == uncached ]] && cache=false
+	cw_log "recording phase '$phase' on a fresh control plane with --watch-cache=$cache"
+	CW_STATE_DIR=$state CW_WATCH_CACHE=$cache "$hack_dir/cluster.sh" up
+	(
+		eval "$(CW_STATE_DIR=$state "$hack_dir/cluster.sh" env)"
+		"$work/record" -phase "$phase" -out "$work/out" -index "$work/index-$phase.md"
+	)
+	CW_STATE_DIR=$state "$hack_dir/cluster.sh" down
+done
+
+kube_version=$("$CW_BIN_DIR/kube-apiserver" --version | awk '{print $2}')
+etcd_version=$("$CW_BIN_DIR/etcd" --version | awk '/etcd Version/ {print $3}')
+{
+	cat <<EOF
+# Recorded API server responses
+
+Real responses of kube-apiserver **$kube_version** (etcd **$etcd_version**, both built from the
+Go module proxy by \`hack/build-controlplane.sh\`), captured byte for byte by
+\`hack/record\` for config-watcher's replay tests. Do not edit them by hand: re-record with
+
+    make record        # = hack/record.sh; ~2 minutes once the control plane is built
+
+Last recorded: $(date -u +%Y-%m-%d).
+
+How they were produced:
+- \`hack/record.sh\` starts a fresh local control plane (\`hack/cluster.sh up\`: etcd,
+  kube-apiserver with RBAC and token auth, kube-controller-manager, and a \`kubectl proxy\`
+  ambassador), runs \`hack/record -phase cached\`, stops it, then does the same with the
+  apiserver's \`--watch-cache=false\` for \`hack/record -phase uncached\`.
+- Requests go through the \`kubectl proxy\`, as config-watcher's do, with
+  \`Accept: application/json\`. Each file is the response **body** exactly as received: a
+  whole body for the \`.json\` files, the complete lines of the stream for the \`.ndjson\`
+  files (one JSON event per line, each ending in \`\\n\`).
+- Everything lives in namespace \`default\`. \`webapp-config\` is annotated
+  \`k8spatterns.io/podDeleteSelector: app=webapp\`; the \`webapp\` Deployment (2 replicas)
+  takes its \`MESSAGE\` from it. There is no scheduler and no kubelet, so pods stay Pending.
+- Large data is pseudo-random text from a fixed word list (deterministic per seed; see
+  \`text\` in hack/record/main.go): nothing secret.
+
+What the server did that a client must expect (kube-apiserver $kube_version, seen here):
+- A watch from a compacted resourceVersion (watch cache off) is **not** refused with HTTP
+  410: it answers 200, sends one \`ERROR\` event whose object is a \`Status\` with
+  \`code: 410, reason: Expired\`, and ends the stream (\`watch-410.ndjson\`). The HTTP 410
+  comes from LIST: a continue token from before the compaction, or \`resourceVersionMatch=Exact\`
+  at a compacted resourceVersion (\`list-*-410-status.json\`). The expired-continue Status
+  carries a fresh \`metadata.continue\` (an inconsistent continuation); a client should list
+  again from scratch instead.
+- With the watch cache on, an expired resourceVersion is refused the same way (HTTP 200,
+  then one \`ERROR\` 410 \`Expired\` event) but with the cache's own message,
+  \`too old resource version: 1 (233)\`, and only once the cache's window has moved past
+  it: shortly after the apiserver started, a watch from \`resourceVersion=1\` was accepted
+  and replayed what the cache held. (Seen by hand on v1.37.2, not recorded here: when the
+  window moves is not under the recorder's control.) Match on \`code\`/\`reason\`, never
+  on the message.
+- \`BOOKMARK\` events (cache on) may repeat the same resourceVersion (two in a row in
+  \`watch-events.ndjson\`), and are only sent once the cache's resourceVersion has moved past
+  the watch's own: on an idle resource a watch can see no bookmark at all before it times
+  out. With the cache off there are no periodic bookmarks, only the
+  \`k8s.io/initial-events-end\` one of a WatchList (\`watchlist-initial-events.ndjson\`).
+- A watch without resourceVersion starts with a synthetic \`ADDED\` per existing object
+  (\`watch-no-rv.ndjson\`).
+
+| file | watch cache | request | HTTP status, Content-Type | size | what it holds |
+|---|---|---|---|---|---|
+EOF
+	cat "$work/index-cached.md" "$work/index-uncached.md"
+} >"$work/out/README.md"
+
+mkdir -p "$out"
+# Replace the previous recording as a whole, so no stale file survives.
+find "$out" -maxdepth 1 -type f \( -name '*.json' -o -name '*.ndjson' -o -name 'README.md' \) -delete
+cp "$work/out/"* "$out/"
+cw_log "recorded $(find "$work/out" -type f | wc -l) files into $out"

@@ -1,0 +1,420 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+)
+
+// recordCached records, with the watch cache on (the API server's default): the LIST
+// and pod list, a watch carrying every event type, and MODIFIED events of large objects.
+func (r *recorder) recordCached(ctx context.Context) error {
+	if err := r.setUpWebapp(ctx); err != nil {
+		return err
+	}
+
+	q := url.Values{"labelSelector": {"app=webapp"}}
+	resp, err := r.ok(ctx, http.MethodGet, "/api/v1/namespaces/"+r.ns+"/pods", q, "", nil)
+	if err != nil {
+		return err
+	}
+	if err := r.saveResponse("pods-list.json", "/api/v1/namespaces/"+r.ns+"/pods", q, resp,
+		"the webapp Deployment's 2 pods (Pending: no scheduler, no kubelet)"); err != nil {
+		return err
+	}
+
+	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), nil, "", nil)
+	if err != nil {
+		return err
+	}
+	if err := r.saveResponse("list.json", r.configMaps(), nil, resp,
+		"ConfigMap LIST: `webapp-config` (annotated `app=webapp`) and `other-config` (not annotated)"); err != nil {
+		return err
+	}
+	list, err := decodeMeta(resp.body)
+	if err != nil {
+		return fmt.Errorf("decode list: %w", err)
+	}
+
+	// Paging, as a client with limit=500 sees it on a namespace with more ConfigMaps.
+	q = url.Values{"limit": {"1"}}
+	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), q, "", nil)
+	if err != nil {
+		return err
+	}
+	if err := r.saveResponse("list-page-1.json", r.configMaps(), q, resp, "first page of the same LIST: one item and `metadata.continue`"); err != nil {
+		return err
+	}
+	page, err := decodeMeta(resp.body)
+	if err != nil || page.Continue == "" {
+		return fmt.Errorf("page 1 has no continue token (err %v)", err)
+	}
+	q = url.Values{"limit": {"1"}, "continue": {page.Continue}}
+	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), q, "", nil)
+	if err != nil {
+		return err
+	}
+	if err := r.saveResponse("list-page-2.json", r.configMaps(), url.Values{"limit": {"1"}, "continue": {"<from page 1>"}}, resp,
+		"last page: no `continue`"); err != nil {
+		return err
+	}
+
+	// A watch without resourceVersion: synthetic ADDED for every existing object.
+	q = url.Values{"watch": {"true"}, "timeoutSeconds": {"2"}}
+	s, bad, err := r.watch(ctx, r.configMaps(), q, "watch-no-rv.ndjson")
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		return fmt.Errorf("watch without resourceVersion: HTTP %d: %s", bad.status, truncate(bad.body))
+	}
+	types, err := s.finish(30 * time.Second)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(types, []string{"ADDED", "ADDED"}) {
+		return fmt.Errorf("watch without resourceVersion gave %v, want 2 synthetic ADDED", types)
+	}
+	if err := r.note("watch-no-rv.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
+		"watch with **no** resourceVersion: one synthetic ADDED per existing ConfigMap, then the server's timeout ends the stream"); err != nil {
+		return err
+	}
+
+	if err := r.recordWatchEvents(ctx, list.ResourceVersion); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		file string
+		size int
+		what string
+	}{
+		{"modified-1kib.ndjson", 1 << 10, "~1 KiB"},
+		{"modified-100kib.ndjson", 100 << 10, "~100 KiB"},
+		{"modified-1mib.ndjson", 1<<20 - 1<<10, "~1 MiB (1 KiB under the API server's 1 MiB limit on ConfigMap data)"},
+	} {
+		if err := r.recordModified(ctx, p.file, p.size, p.what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordWatchEvents watches from the LIST's resourceVersion while it creates, changes
+// (data, then labels only) and deletes a ConfigMap, and keeps the stream open until the
+// server sends the BOOKMARK it sends 2 s before the watch's timeout.
+func (r *recorder) recordWatchEvents(ctx context.Context, rv string) error {
+	const timeout = 20
+	q := url.Values{"watch": {"true"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {itoa(timeout)}}
+	s, bad, err := r.watch(ctx, r.configMaps(), q, "watch-events.ndjson")
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		return fmt.Errorf("watch from %s: HTTP %d: %s", rv, bad.status, truncate(bad.body))
+	}
+	name := "watched-config"
+	steps := []struct {
+		event string
+		do    func() error
+	}{
+		{"ADDED", func() error {
+			_, err := r.createConfigMap(ctx, name, map[string]string{selectorAnnotation: "app=webapp"}, map[string]string{"message": "Hello"})
+			return err
+		}},
+		{"MODIFIED", func() error {
+			_, err := r.patchConfigMap(ctx, name, map[string]any{"data": map[string]string{"message": "Hello, World"}})
+			return err
+		}},
+		{"MODIFIED", func() error {
+			_, err := r.patchConfigMap(ctx, name, map[string]any{"metadata": map[string]any{"labels": map[string]string{"tier": "frontend"}}})
+			return err
+		}},
+		{"DELETED", func() error {
+			_, err := r.ok(ctx, http.MethodDelete, r.configMaps()+"/"+name, nil, "", nil)
+			return err
+		}},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			s.stop()
+			return err
+		}
+		if err := s.expect(st.event, 10*time.Second); err != nil {
+			s.stop()
+			return fmt.Errorf("watch-events: %w", err)
+		}
+	}
+	rest, err := s.finish(time.Duration(timeout+20) * time.Second)
+	if err != nil {
+		return fmt.Errorf("watch-events: %w", err)
+	}
+	if len(rest) == 0 || slices.ContainsFunc(rest, func(t string) bool { return t != "BOOKMARK" }) {
+		return fmt.Errorf("watch-events: after DELETED got %v, want BOOKMARKs only", rest)
+	}
+	return r.note("watch-events.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
+		"watch from the LIST's resourceVersion: ADDED (create `watched-config`), MODIFIED (data change), "+
+			"MODIFIED (label-only change), DELETED, then "+fmt.Sprint(len(rest))+" BOOKMARK(s) before the server's timeout "+
+			"ends the stream cleanly")
+}
+
+// recordModified creates a ConfigMap holding about size bytes of data, then watches
+// from its resourceVersion while replacing the data with as much different text.
+func (r *recorder) recordModified(ctx context.Context, file string, size int, what string) error {
+	name := fmt.Sprintf("payload-%d", size)
+	rv, err := r.createConfigMap(ctx, name, map[string]string{selectorAnnotation: "app=webapp"}, payload(uint64(size), size))
+	if err != nil {
+		return err
+	}
+	q := url.Values{"watch": {"true"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"30"}}
+	s, bad, err := r.watch(ctx, r.configMaps(), q, file)
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		return fmt.Errorf("watch from %s: HTTP %d: %s", rv, bad.status, truncate(bad.body))
+	}
+	if _, err := r.patchConfigMap(ctx, name, map[string]any{"data": payload(uint64(size)+1000, size)}); err != nil {
+		s.stop()
+		return err
+	}
+	if err := s.expect("MODIFIED", 20*time.Second); err != nil {
+		s.stop()
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if err := s.stop(); err != nil {
+		return err
+	}
+	if _, err := r.ok(ctx, http.MethodDelete, r.configMaps()+"/"+name, nil, "", nil); err != nil {
+		return err
+	}
+	return r.note(file, pathOf(r.configMaps(), q), s.status, s.contentType,
+		"one MODIFIED event: ConfigMap `"+name+"` whose "+what+" of text data was replaced "+
+			"(keys `part-NNN.txt` of at most 64 KiB; the stream was closed by the client after the event)")
+}
+
+// recordUncached records, with the watch cache off, what an expired resourceVersion
+// looks like once etcd's history has been compacted.
+func (r *recorder) recordUncached(ctx context.Context) error {
+	for _, name := range []string{"expiring-config", "expiring-config-2"} {
+		if _, err := r.createConfigMap(ctx, name, map[string]string{selectorAnnotation: "app=webapp"}, map[string]string{"message": "v0"}); err != nil {
+			return err
+		}
+	}
+	resp, err := r.ok(ctx, http.MethodGet, r.configMaps(), nil, "", nil)
+	if err != nil {
+		return err
+	}
+	old, err := decodeMeta(resp.body)
+	if err != nil {
+		return err
+	}
+	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), url.Values{"limit": {"1"}}, "", nil)
+	if err != nil {
+		return err
+	}
+	page, err := decodeMeta(resp.body)
+	if err != nil || page.Continue == "" {
+		return fmt.Errorf("page 1 has no continue token (err %v)", err)
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := r.patchConfigMap(ctx, "expiring-config", map[string]any{"data": map[string]string{"message": fmt.Sprintf("v%d", i)}}); err != nil {
+			return err
+		}
+	}
+	rev, err := r.compactEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	ctxNote := fmt.Sprintf("resourceVersion %s noted, 3 changes made, etcd compacted at revision %d (physical)", old.ResourceVersion, rev)
+
+	// The watch from the compacted resourceVersion: the API server may refuse the request
+	// itself (HTTP 410) or accept it and send an ERROR event; keep whichever comes.
+	q := url.Values{"watch": {"true"}, "resourceVersion": {old.ResourceVersion}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"10"}}
+	s, bad, err := r.watch(ctx, r.configMaps(), q, "watch-410.ndjson")
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		if err := r.save("gone-410-status.json", bad.body); err != nil {
+			return err
+		}
+		if err := r.note("gone-410-status.json", pathOf(r.configMaps(), q), bad.status, bad.contentType,
+			"the watch request itself refused: "+ctxNote); err != nil {
+			return err
+		}
+	} else {
+		types, err := s.finish(30 * time.Second)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(types, []string{"ERROR"}) {
+			return fmt.Errorf("watch from a compacted resourceVersion gave %v, want one ERROR", types)
+		}
+		if err := r.note("watch-410.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
+			"HTTP 200, then one ERROR event carrying a 410 Status, then the server ends the stream: "+ctxNote); err != nil {
+			return err
+		}
+	}
+
+	// The same expiry seen by LIST: an old continue token, and an exact old resourceVersion.
+	q = url.Values{"limit": {"1"}, "continue": {page.Continue}}
+	resp, err = r.do(ctx, http.MethodGet, r.configMaps(), q, "", nil)
+	if err != nil {
+		return err
+	}
+	if resp.status != http.StatusGone {
+		return fmt.Errorf("LIST with an expired continue token: HTTP %d, want 410: %s", resp.status, truncate(resp.body))
+	}
+	if err := r.saveResponse("list-continue-410-status.json", r.configMaps(), url.Values{"limit": {"1"}, "continue": {"<token from before the compaction>"}}, resp,
+		"LIST page 2 with a continue token issued before the compaction: "+ctxNote); err != nil {
+		return err
+	}
+	q = url.Values{"resourceVersion": {old.ResourceVersion}, "resourceVersionMatch": {"Exact"}}
+	resp, err = r.do(ctx, http.MethodGet, r.configMaps(), q, "", nil)
+	if err != nil {
+		return err
+	}
+	if resp.status != http.StatusGone {
+		return fmt.Errorf("LIST at a compacted resourceVersion: HTTP %d, want 410: %s", resp.status, truncate(resp.body))
+	}
+	if err := r.saveResponse("list-exact-410-status.json", r.configMaps(), q, resp,
+		"LIST at exactly the compacted resourceVersion: "+ctxNote); err != nil {
+		return err
+	}
+
+	// WatchList: the initial state as ADDED events, then a BOOKMARK annotated
+	// k8s.io/initial-events-end on the same connection.
+	q = url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
+		"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"3"}}
+	s, bad, err = r.watch(ctx, r.configMaps(), q, "watchlist-initial-events.ndjson")
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		if err := r.save("watchlist-status.json", bad.body); err != nil {
+			return err
+		}
+		return r.note("watchlist-status.json", pathOf(r.configMaps(), q), bad.status, bad.contentType, "a WatchList request, refused")
+	}
+	types, err := s.finish(30 * time.Second)
+	if err != nil {
+		return err
+	}
+	return r.note("watchlist-initial-events.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
+		fmt.Sprintf("WatchList (`sendInitialEvents`): events %v; the BOOKMARK is annotated `k8s.io/initial-events-end`", types))
+}
+
+// setUpWebapp creates the book's objects: webapp-config, other-config and the webapp
+// Deployment, and waits for its 2 pods.
+func (r *recorder) setUpWebapp(ctx context.Context) error {
+	if resp, err := r.do(ctx, http.MethodGet, r.configMaps()+"/webapp-config", nil, "", nil); err != nil {
+		return err
+	} else if resp.status != http.StatusNotFound {
+		return fmt.Errorf("configmap %s/webapp-config exists already (HTTP %d): record into a fresh cluster", r.ns, resp.status)
+	}
+	// Pods are refused until the namespace has its default ServiceAccount.
+	if err := eventuallyDo(60*time.Second, "the default ServiceAccount", func() (bool, error) {
+		resp, err := r.do(ctx, http.MethodGet, "/api/v1/namespaces/"+r.ns+"/serviceaccounts/default", nil, "", nil)
+		return err == nil && resp.status == http.StatusOK, err
+	}); err != nil {
+		return err
+	}
+	if _, err := r.createConfigMap(ctx, "webapp-config", map[string]string{selectorAnnotation: "app=webapp"}, map[string]string{"message": "Hello"}); err != nil {
+		return err
+	}
+	if _, err := r.createConfigMap(ctx, "other-config", nil, map[string]string{"color": "blue"}); err != nil {
+		return err
+	}
+	deploy := map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "webapp", "labels": map[string]string{"app": "webapp"}},
+		"spec": map[string]any{
+			"replicas": 2,
+			"selector": map[string]any{"matchLabels": map[string]string{"app": "webapp"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]string{"app": "webapp"}},
+				"spec": map[string]any{"containers": []any{map[string]any{
+					"name": "webapp", "image": "k8spatterns/mini-http-server",
+					"env": []any{map[string]any{"name": "MESSAGE", "valueFrom": map[string]any{
+						"configMapKeyRef": map[string]string{"name": "webapp-config", "key": "message"}}}},
+				}}},
+			},
+		},
+	}
+	b, _ := json.Marshal(deploy)
+	if _, err := r.ok(ctx, http.MethodPost, "/apis/apps/v1/namespaces/"+r.ns+"/deployments", nil, "application/json", b); err != nil {
+		return fmt.Errorf("create deployment: %w", err)
+	}
+	return eventuallyDo(60*time.Second, "2 webapp pods", func() (bool, error) {
+		resp, err := r.ok(ctx, http.MethodGet, "/api/v1/namespaces/"+r.ns+"/pods", url.Values{"labelSelector": {"app=webapp"}}, "", nil)
+		if err != nil {
+			return false, err
+		}
+		var l struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(resp.body, &l); err != nil {
+			return false, err
+		}
+		return len(l.Items) == 2, nil
+	})
+}
+
+// compactEtcd compacts etcd's whole history up to its current revision through the
+// JSON gateway, the way the API server's own compactor does every 5 minutes.
+func (r *recorder) compactEtcd(ctx context.Context) (int64, error) {
+	post := func(path string, body any) ([]byte, error) {
+		b, _ := json.Marshal(body)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.etcd+path, bytesReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("create request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("etcd %s: %w", path, err)
+		}
+		defer resp.Body.Close()
+		out, err := readAll(resp)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("etcd %s: HTTP %d: %s", path, resp.StatusCode, truncate(out))
+		}
+		return out, nil
+	}
+	b, err := post("/v3/maintenance/status", map[string]any{})
+	if err != nil {
+		return 0, err
+	}
+	var status struct {
+		Header struct {
+			Revision json.Number `json:"revision"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal(b, &status); err != nil {
+		return 0, fmt.Errorf("decode etcd status: %w", err)
+	}
+	rev, err := status.Header.Revision.Int64()
+	if err != nil || rev == 0 {
+		return 0, errors.Join(fmt.Errorf("etcd status has no revision: %s", truncate(b)), err)
+	}
+	if _, err := post("/v3/kv/compaction", map[string]any{"revision": rev, "physical": true}); err != nil {
+		return 0, err
+	}
+	return rev, nil
+}
+
+// saveResponse writes a whole response body and notes it.
+func (r *recorder) saveResponse(file, path string, q url.Values, resp response, what string) error {
+	if err := r.save(file, resp.body); err != nil {
+		return err
+	}
+	return r.note(file, pathOf(path, q), resp.status, resp.contentType, what)
+}
