@@ -32,7 +32,8 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespace: "default", APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
-				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second}, c)
+				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
+				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
 			check: func(t *testing.T, c config) {
@@ -54,6 +55,17 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: "WORKERS"},
 		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
 		{name: "BadFlagValueNamesFlag", args: []string{"--workers=x"}, wantErr: "(from --workers)"},
+		{name: "LeaderElectNeedsPodName", env: map[string]string{"LEADER_ELECT": "true"}, wantErr: "needs POD_NAME"},
+		{name: "LeaseMustOutlastRenewDeadline", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "a", "LEASE_DURATION": "10s"}, wantErr: "LEASE_DURATION must be longer than RENEW_DEADLINE"},
+		{name: "RenewDeadlineMustOutlastRetry", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "a", "RETRY_PERIOD": "10s"}, wantErr: "RENEW_DEADLINE must be longer than RETRY_PERIOD"},
+		{name: "BadLeaseName", env: map[string]string{"LEASE_NAME": "Not_A_Name"}, wantErr: "LEASE_NAME"},
+		{name: "BadLeaseDuration", env: map[string]string{"LEASE_DURATION": "1ms"}, wantErr: "LEASE_DURATION"},
+		{name: "LeaderElection", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "cw-0", "LEASE_NAME": "cw", "RETRY_PERIOD": "1s"},
+			check: func(t *testing.T, c config) {
+				assert.True(t, c.LeaderElect)
+				assert.Equal(t, "cw", c.LeaseName)
+				assert.Equal(t, time.Second, c.RetryPeriod)
+			}},
 		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {
@@ -152,19 +164,26 @@ func TestRunEndToEnd(t *testing.T) {
 	go func() { errc <- run(ctx, nil, lookup, &logs, ready) }()
 	addr := <-ready
 
-	require.Eventually(t, func() bool { return len(fc.deleted()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	metrics := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(metrics(), `config_watcher_reconciles_total{result="restarted"} 1`)
+	}, 5*time.Second, 5*time.Millisecond)
 	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2"}, fc.deleted())
 	require.Eventually(t, func() bool { return get(t, "http://"+addr+"/readyz") == 200 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 200, get(t, "http://"+addr+"/healthz"))
 
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assert.Contains(t, string(body), `config_watcher_events_total{type="MODIFIED"} 1`)
-	assert.Contains(t, string(body), `config_watcher_reconciles_total{result="adopted"} 1`)
-	assert.Contains(t, string(body), `config_watcher_reconciles_total{result="restarted"} 1`)
-	assert.Contains(t, string(body), `config_watcher_build_info{`)
+	body := metrics()
+	assert.Contains(t, body, `config_watcher_events_total{type="MODIFIED"} 1`)
+	assert.Contains(t, body, `config_watcher_build_info{`)
+	assert.Contains(t, body, "config_watcher_leader 1")
 
 	cancel()
 	select {
@@ -215,7 +234,8 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	var out syncBuffer
 	cmd.Stderr = &out
 	require.NoError(t, cmd.Start())
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "adopted configmap") }, 10*time.Second, 10*time.Millisecond, "the program never adopted the ConfigMap")
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "pods restarted") }, 10*time.Second, 10*time.Millisecond, "the program never acted on the data change")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	err := cmd.Wait()
 	assert.NoError(t, err, "exit status after SIGTERM; output:\n%s", out.String())

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -24,6 +25,8 @@ type configMap struct {
 	recorded string
 	// hash is the digest of data + binaryData, see dataHash.
 	hash string
+	// version is metadata.resourceVersion as a number, 0 if it is not one.
+	version uint64
 }
 
 func (cm configMap) key() string { return cm.namespace + "/" + cm.name }
@@ -38,6 +41,10 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 		name:      strings.Clone(meta.Get("name").String()),
 		uid:       strings.Clone(meta.Get("uid").String()),
 	}
+	// resourceVersions are opaque to clients, but every API server backed by
+	// etcd serves its revision, a number that only grows; where it is not a
+	// number, ordering is simply not checked.
+	cm.version, _ = strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
 	if cm.name == "" || cm.namespace == "" {
 		return configMap{}, errors.New("object has no metadata.name or metadata.namespace")
 	}
@@ -94,7 +101,7 @@ func writeSection(d *digestWriter, name string, section gjson.Result) {
 		// ConfigMap the API would serve, but must still hash apart.
 		if section.Exists() && section.Type != gjson.Null {
 			d.writeUint(^uint64(0))
-			d.writeString(section.Raw)
+			writeValue(d, section.Raw)
 			return
 		}
 		d.writeUint(0)
@@ -106,16 +113,20 @@ func writeSection(d *digestWriter, name string, section gjson.Result) {
 	d.writeUint(uint64(len(kvs)))
 	for _, kv := range kvs {
 		d.writeJSONString(kv.keyToken)
-		if isStringToken(kv.valueToken) {
-			d.writeByte('s')
-			d.writeJSONString(kv.valueToken)
-		} else {
-			// Not a string: the API never serves this, but a different raw
-			// value must still give a different digest.
-			d.writeByte('r')
-			d.writeString(kv.valueToken)
-		}
+		writeValue(d, kv.valueToken)
 	}
+}
+
+// writeValue writes a string value decoded; anything else (the API never
+// serves it) as raw text, tagged apart, so that it still hashes differently.
+func writeValue(d *digestWriter, token string) {
+	if isStringToken(token) {
+		d.writeByte('s')
+		d.writeJSONString(token)
+		return
+	}
+	d.writeByte('r')
+	d.writeString(token)
 }
 
 // member is one "key": value pair of a JSON object, as raw tokens.

@@ -42,6 +42,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// NewBackOff makes the per-ConfigMap retry policy for failed rounds.
 	NewBackOff func() backoff.BackOff
+	// MayAct, if set, is asked before every write; false stops the round
+	// (a leader whose lease may have lapsed must not delete anything).
+	MayAct func() bool
 }
 
 // API is the slice of the API client the controller acts through.
@@ -175,6 +178,12 @@ func (c *Controller) observe(cm configMap) bool {
 		e = &entry{done: cm.hash, adopted: true}
 		c.entries[key] = e
 	}
+	if e.cm.uid == cm.uid && cm.version != 0 && cm.version <= e.cm.version {
+		// An event older than one already applied, replayed when a watch
+		// resumes from an earlier resourceVersion: its record may predate
+		// our own and would start a second round for a handled change.
+		return false
+	}
 	if e.cm.uid != cm.uid {
 		// A new object under this name: its annotations start from nothing,
 		// but done (from the object it replaces) still tells what the pods
@@ -205,17 +214,43 @@ func (c *Controller) forget(cm configMap) {
 // Run works the queue with cfg.Workers workers until ctx is done, then waits
 // for in-flight rounds for at most ShutdownGrace.
 func (c *Controller) Run(ctx context.Context) {
+	c.Lead(ctx, func() time.Duration { return c.cfg.ShutdownGrace })
+	c.queue.ShutDown()
+}
+
+// Lead works the queue until ctx is done, then stops taking work and gives
+// rounds in flight grace() to finish before their requests are cancelled.
+// It can be called again (one leadership term after another); between
+// calls, events still update the state and queue keys.
+func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
+	c.queue.resume()
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Go(func() { c.work(actCtx) })
 	}
 	<-ctx.Done()
-	c.queue.ShutDown()
-	stopAct := time.AfterFunc(c.cfg.ShutdownGrace, cancelAct)
+	c.queue.pause()
+	stopAct := time.AfterFunc(grace(), cancelAct)
 	defer stopAct.Stop()
 	wg.Wait()
+}
+
+// EnqueueAll queues every known ConfigMap, for a new leader: it may have
+// been standing by while changes were made.
+func (c *Controller) EnqueueAll() {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.entries))
+	for key, e := range c.entries {
+		if e.exists {
+			keys = append(keys, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.queue.Add(key)
+	}
 }
 
 func (c *Controller) work(ctx context.Context) {

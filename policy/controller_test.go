@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,4 +479,51 @@ func TestShutdownGraceBoundsRound(t *testing.T) {
 	<-done
 	assert.Equal(t, uint64(1), m.Reconciles.Value(resultError))
 	assert.Empty(t, api.recordedHashes(), "an unfinished round records nothing")
+}
+
+// TestStandbyActsOnlyWhenLeading ensures a standby keeps its state warm but
+// sends nothing, and on becoming leader acts once on what changed while it
+// stood by, not on what the previous leader already handled.
+func TestStandbyActsOnlyWhenLeading(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	// Standing by: events arrive, no worker runs.
+	handle(t, c, watch.Synced, cmSpec{name: "handled", selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v1})
+	handle(t, c, watch.Modified, cmSpec{name: "handled", selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // the leader's round, recorded
+	handle(t, c, watch.Synced, cmSpec{name: "pending", uid: "u2", selector: ptr("app=db"), recorded: hashOf(t, v1), data: v1})
+	handle(t, c, watch.Modified, cmSpec{name: "pending", uid: "u2", selector: ptr("app=db"), recorded: hashOf(t, v1), data: v2}) // the leader died before acting
+	assert.Empty(t, api.requests, "a standby sends nothing")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		c.EnqueueAll()
+		c.Lead(ctx, func() time.Duration { return 0 })
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	cancel()
+	<-done
+	assert.Equal(t, []string{"db-1"}, api.deletedPods(), "only the change no leader handled is acted on")
+}
+
+// TestMayActFalseStopsRound ensures a replica that may no longer act (its
+// lease may have lapsed) deletes nothing more and records nothing.
+func TestMayActFalseStopsRound(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var allowed atomic.Bool
+	allowed.Store(true)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			allowed.Store(false) // the lease lapses during the first deletion
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MayAct: allowed.Load})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 1 }, waitFor, time.Millisecond)
+	assert.Len(t, api.deletedPods(), 1)
+	assert.Empty(t, api.recordedHashes())
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -226,7 +227,11 @@ type cmSpec struct {
 	binaryData  map[string]string
 	labels      map[string]string
 	annotations map[string]string
+	rv          string // resourceVersion; "" for the next one in sequence
 }
+
+// lastRV numbers test events in the order they are made.
+var lastRV atomic.Uint64
 
 func ptr(s string) *string { return &s }
 
@@ -249,9 +254,13 @@ func (s cmSpec) json(t *testing.T) []byte {
 	if name == "" {
 		name = "webapp-config"
 	}
+	rv := s.rv
+	if rv == "" {
+		rv = strconv.FormatUint(lastRV.Add(1), 10) // each event newer than the last, as on a watch
+	}
 	obj := map[string]any{
 		"kind": "ConfigMap", "apiVersion": "v1",
-		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "42", "annotations": ann, "labels": s.labels},
+		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv, "annotations": ann, "labels": s.labels},
 	}
 	if s.data != nil {
 		obj["data"] = s.data
