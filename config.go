@@ -27,6 +27,11 @@ type config struct {
 	RecordHash         bool
 	Workers            int
 	ShutdownTimeout    time.Duration
+	LeaderElect        bool
+	LeaseName          string
+	LeaseDuration      time.Duration
+	RenewDeadline      time.Duration
+	RetryPeriod        time.Duration
 }
 
 // setting is one environment variable and its flag twin.
@@ -103,6 +108,51 @@ var settings = []setting{
 		c.ShutdownTimeout = d
 		return nil
 	}},
+	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.LeaderElect = b
+		return nil
+	}},
+	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
+		if len(v) > 253 || !isDNSSubdomain(v) {
+			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
+		}
+		c.LeaseName = v
+		return nil
+	}},
+	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", durationSetting(func(c *config) *time.Duration { return &c.LeaseDuration })},
+	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", durationSetting(func(c *config) *time.Duration { return &c.RenewDeadline })},
+	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", durationSetting(func(c *config) *time.Duration { return &c.RetryPeriod })},
+}
+
+func durationSetting(field func(c *config) *time.Duration) func(c *config, v string) error {
+	return func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > 10*time.Minute {
+			return errors.New("must be a duration from 100ms to 10m")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+// validate checks what involves several settings.
+func (c config) validate() error {
+	if !c.LeaderElect {
+		return nil
+	}
+	switch {
+	case c.PodName == "":
+		return errors.New("LEADER_ELECT=true needs POD_NAME: it is the replica's identity in the Lease")
+	case c.RenewDeadline <= c.RetryPeriod:
+		return errors.New("RENEW_DEADLINE must be longer than RETRY_PERIOD")
+	case c.LeaseDuration <= c.RenewDeadline:
+		return errors.New("LEASE_DURATION must be longer than RENEW_DEADLINE: a leader must stop acting before its lease can be taken")
+	}
+	return nil
 }
 
 // errHelp is returned after --help has been printed.
@@ -143,6 +193,9 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 			return config{}, fmt.Errorf("%s=%q (from %s): %w", s.env, v, source, err)
 		}
 	}
+	if err := c.validate(); err != nil {
+		return config{}, err
+	}
 	return c, nil
 }
 
@@ -154,6 +207,18 @@ func isDNSLabel(s string) bool {
 		c := s[i]
 		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
 		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func isDNSSubdomain(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if len(label) > 63 || !isDNSLabel(label) {
 			return false
 		}
 	}

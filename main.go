@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/policy"
 	"github.com/k8spatterns/config-watcher/watch"
@@ -68,13 +69,32 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	reg := metrics.NewRegistry()
 	reg.NewInfo("config_watcher_build_info", "Build information.", map[string]string{"version": version, "goversion": runtime.Version()})
 
-	ctrl := policy.New(policy.Config{
+	leading := reg.NewGauge("config_watcher_leader", "1 while this replica may act (always, without leader election).")
+	pcfg := policy.Config{
 		SelectorAnnotation: cfg.SelectorAnnotation,
 		RecordHash:         cfg.RecordHash,
 		OwnPod:             cfg.PodName,
 		Workers:            cfg.Workers,
 		ShutdownGrace:      cfg.ShutdownTimeout,
-	}, client, log, policy.NewMetrics(reg))
+	}
+	var elector *leader.Elector
+	if cfg.LeaderElect {
+		elector, err = leader.New(leader.Config{
+			Namespace:     cfg.Namespace,
+			Name:          cfg.LeaseName,
+			Identity:      cfg.PodName,
+			LeaseDuration: cfg.LeaseDuration,
+			RenewDeadline: cfg.RenewDeadline,
+			RetryPeriod:   cfg.RetryPeriod,
+		}, client, log, func(v bool) { leading.Set(boolGauge(v)) })
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		pcfg.MayAct = elector.Leading
+	} else {
+		leading.Set(1)
+	}
+	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	lw := watch.New(watch.Config{
 		Path: apiclient.CorePath(cfg.Namespace, "configmaps", ""),
 		Kind: "ConfigMap",
@@ -95,10 +115,25 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespace", cfg.Namespace, "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lw.Run(ctx) })
-	wg.Go(func() { ctrl.Run(ctx) })
+	if elector == nil {
+		wg.Go(func() { ctrl.Run(ctx) })
+	} else {
+		wg.Go(func() {
+			elector.Run(ctx, func(leadCtx context.Context) {
+				ctrl.EnqueueAll() // changes made while we stood by
+				ctrl.Lead(leadCtx, func() time.Duration {
+					if ctx.Err() != nil {
+						// Shutting down: finish in-flight work while the lease is surely ours.
+						return min(cfg.ShutdownTimeout, elector.ValidFor())
+					}
+					return 0 // leadership lost: stop at once
+				})
+			})
+		})
+	}
 	wg.Wait()
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -119,6 +154,13 @@ func newMux(lw *watch.ListWatcher, reg *metrics.Registry) *http.ServeMux {
 	})
 	mux.Handle("GET /metrics", reg)
 	return mux
+}
+
+func boolGauge(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func probe(w http.ResponseWriter, ok bool, why string) {

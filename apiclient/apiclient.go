@@ -80,6 +80,17 @@ func (c *Client) Delete(ctx context.Context, path string, body []byte) ([]byte, 
 	return c.do(ctx, http.MethodDelete, path, nil, contentJSON, contentJSON, body)
 }
 
+// Create posts a new object (or a subresource such as an eviction) to path.
+func (c *Client) Create(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return c.do(ctx, http.MethodPost, path, nil, contentJSON, contentJSON, body)
+}
+
+// Update replaces the object at path. The body's metadata.resourceVersion
+// makes it conditional: a stale one answers 409 Conflict.
+func (c *Client) Update(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return c.do(ctx, http.MethodPut, path, nil, contentJSON, contentJSON, body)
+}
+
 // MergePatch applies a JSON merge patch (RFC 7386) to the object at path.
 func (c *Client) MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error) {
 	return c.do(ctx, http.MethodPatch, path, nil, contentJSON, contentMergePatch, patch)
@@ -170,6 +181,16 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // change the path's shape.
 func CorePath(namespace, resource, name string) string {
 	p := "/api/v1/namespaces/" + segment(namespace) + "/" + segment(resource)
+	if name != "" {
+		p += "/" + segment(name)
+	}
+	return p
+}
+
+// GroupPath is the path of a resource of an API group in a namespace, or of
+// one named object when name is not empty.
+func GroupPath(group, version, namespace, resource, name string) string {
+	p := "/apis/" + segment(group) + "/" + segment(version) + "/namespaces/" + segment(namespace) + "/" + segment(resource)
 	if name != "" {
 		p += "/" + segment(name)
 	}

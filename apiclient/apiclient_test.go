@@ -143,6 +143,12 @@ func TestBaseURLPathPrefixHonoured(t *testing.T) {
 	}
 }
 
+// TestGroupPath ensures paths of API-group resources have the /apis shape.
+func TestGroupPath(t *testing.T) {
+	assert.Equal(t, "/apis/coordination.k8s.io/v1/namespaces/ns/leases", apiclient.GroupPath("coordination.k8s.io", "v1", "ns", "leases", ""))
+	assert.Equal(t, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/cw", apiclient.GroupPath("coordination.k8s.io", "v1", "ns", "leases", "cw"))
+}
+
 // TestCorePathEscapesSegments ensures CorePath escapes each segment, so that
 // no namespace or name can add a segment, a query or a fragment, and that the
 // server reads the name back unchanged.
@@ -158,6 +164,7 @@ func TestCorePathEscapesSegments(t *testing.T) {
 		{name: "QueryAndFragmentEscaped", namespace: "default", resource: "pods", item: "a?watch=true#x", want: "/api/v1/namespaces/default/pods/a%3Fwatch=true%23x"},
 		{name: "PercentAndSpaceEscaped", namespace: "default", resource: "pods", item: "50% off", want: "/api/v1/namespaces/default/pods/50%25%20off"},
 		{name: "NamespaceEscaped", namespace: "kube/system", resource: "configmaps", want: "/api/v1/namespaces/kube%2Fsystem/configmaps"},
+		{name: "DotDotCannotClimb", namespace: "default", resource: "pods", item: "..", want: "/api/v1/namespaces/default/pods/%2E%2E"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,6 +256,20 @@ func TestRequestShape(t *testing.T) {
 				return c.Delete(context.Background(), "/api/v1/namespaces/default/pods/webapp-1", []byte(deleteOptions))
 			},
 			wantMethod: http.MethodDelete, wantContentType: "application/json", wantAccept: "application/json", wantBody: deleteOptions,
+		},
+		{
+			name: "CreatePostsBody",
+			call: func(c *apiclient.Client) ([]byte, error) {
+				return c.Create(context.Background(), "/apis/coordination.k8s.io/v1/namespaces/default/leases", []byte(`{"kind":"Lease"}`))
+			},
+			wantMethod: http.MethodPost, wantContentType: "application/json", wantAccept: "application/json", wantBody: `{"kind":"Lease"}`,
+		},
+		{
+			name: "UpdatePutsBody",
+			call: func(c *apiclient.Client) ([]byte, error) {
+				return c.Update(context.Background(), "/apis/coordination.k8s.io/v1/namespaces/default/leases/cw", []byte(`{"kind":"Lease"}`))
+			},
+			wantMethod: http.MethodPut, wantContentType: "application/json", wantAccept: "application/json", wantBody: `{"kind":"Lease"}`,
 		},
 		{
 			name: "DeleteWithoutBody",

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -39,6 +40,11 @@ type podRef struct{ name, uid string }
 // podListAccept asks for metadata only: the controller reads names, uids and
 // deletion timestamps, not whole pod specs.
 const podListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+// errNotLeader stops a round when this replica may no longer act.
+var errNotLeader = errors.New("not the leader: round stopped")
+
+func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
 
 // reconcile brings one ConfigMap's pods in line with its data. An error means
 // "retry later"; anything that retrying cannot fix returns nil.
@@ -92,6 +98,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
 	}
 	for r.deleted < len(r.pods) {
+		if !c.mayAct() {
+			return resultError, errNotLeader
+		}
 		if err := c.deletePod(ctx, cm.namespace, r.pods[r.deleted], log); err != nil {
 			return resultError, err
 		}
@@ -192,6 +201,9 @@ func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef
 func (c *Controller) record(ctx context.Context, cm configMap) error {
 	if !c.cfg.RecordHash {
 		return nil
+	}
+	if !c.mayAct() {
+		return errNotLeader
 	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{

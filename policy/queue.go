@@ -17,7 +17,10 @@ type queue struct {
 	dirty      map[string]bool
 	processing map[string]bool
 	shutdown   bool
-	onDepth    func(int)
+	// paused: workers get nothing (a standby, or between leadership
+	// terms); keys still accumulate, once each.
+	paused  bool
+	onDepth func(int)
 }
 
 func newQueue(onDepth func(int)) *queue {
@@ -55,7 +58,10 @@ func (q *queue) AddAfter(key string, d time.Duration) {
 func (q *queue) Get() (key string, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.shutdown {
+	for (len(q.items) == 0 || q.paused) && !q.shutdown {
+		if q.paused {
+			return "", false
+		}
 		q.cond.Wait()
 	}
 	if q.shutdown {
@@ -80,6 +86,22 @@ func (q *queue) Done(key string) {
 		q.depthChanged()
 		q.cond.Signal()
 	}
+}
+
+// pause makes every Get return at once without a key; keys stay queued.
+func (q *queue) pause() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.paused = true
+	q.cond.Broadcast()
+}
+
+// resume lets Get hand out keys again.
+func (q *queue) resume() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.paused = false
+	q.cond.Broadcast()
 }
 
 // ShutDown makes every Get return at once; queued keys are dropped (they are

@@ -1,0 +1,329 @@
+// Package leader elects one active replica with a coordination.k8s.io/v1
+// Lease, over the same raw API client as the rest of the controller.
+//
+// The algorithm is client-go's: read the Lease; if it is free, ours, or its
+// holder has not renewed it for a whole lease duration (as observed on our
+// own clock, never by comparing clocks), write it with the resourceVersion we
+// read, so that of two candidates exactly one wins and the other gets 409
+// Conflict. A leader renews every RetryPeriod and stops leading once it has
+// not renewed for RenewDeadline, which is shorter than LeaseDuration: it
+// stops acting before anyone else may take over. On shutdown it releases the
+// Lease so a standby takes over at once instead of waiting for it to expire.
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+)
+
+// API is the slice of the API client the elector needs.
+type API interface {
+	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	Create(ctx context.Context, path string, body []byte) ([]byte, error)
+	Update(ctx context.Context, path string, body []byte) ([]byte, error)
+}
+
+var _ API = (*apiclient.Client)(nil)
+
+// Config of an election.
+type Config struct {
+	Namespace, Name string // the Lease
+	Identity        string // this replica (POD_NAME)
+	// LeaseDuration: how long standbys wait after the last renewal they saw
+	// before taking over (15 s).
+	LeaseDuration time.Duration
+	// RenewDeadline: how long the leader keeps acting without a successful
+	// renewal (10 s). Must be shorter than LeaseDuration.
+	RenewDeadline time.Duration
+	// RetryPeriod between attempts to acquire or renew (2 s).
+	RetryPeriod time.Duration
+	// Now is the clock (time.Now).
+	Now func() time.Time
+}
+
+// Validate checks the timing relations the safety argument relies on.
+func (c Config) Validate() error {
+	switch {
+	case c.Namespace == "" || c.Name == "":
+		return errors.New("lease namespace and name are required")
+	case c.Identity == "":
+		return errors.New("an identity (POD_NAME) is required")
+	case c.RetryPeriod <= 0:
+		return errors.New("retry period must be positive")
+	case c.RenewDeadline <= c.RetryPeriod:
+		return errors.New("renew deadline must be longer than the retry period")
+	case c.LeaseDuration <= c.RenewDeadline:
+		return errors.New("lease duration must be longer than the renew deadline")
+	}
+	return nil
+}
+
+// Elector campaigns for the Lease and runs the leader's work while it holds it.
+type Elector struct {
+	cfg Config
+	api API
+	log *slog.Logger
+
+	// observed is the last Lease record seen and when (our clock) it last
+	// changed: expiry is judged from that, never from the holder's clock.
+	observed     record
+	observedTime time.Time
+
+	mu      sync.Mutex
+	leading bool
+	// validUntil is the instant until which our lease is surely ours: the
+	// send time of our last successful write plus RenewDeadline.
+	validUntil time.Time
+	onChange   func(leading bool)
+}
+
+// New returns an elector. onChange, if not nil, is called with true when
+// leadership starts and false when it ends (for a metric).
+func New(cfg Config, api API, log *slog.Logger, onChange func(bool)) (*Elector, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Elector{cfg: cfg, api: api, log: log.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity), onChange: onChange}, nil
+}
+
+// Leading reports whether this replica holds the lease now.
+func (e *Elector) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leading && e.cfg.Now().Before(e.validUntil)
+}
+
+// ValidFor is how much longer the lease is surely ours (zero if not leading).
+func (e *Elector) ValidFor() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leading {
+		return 0
+	}
+	return max(e.validUntil.Sub(e.cfg.Now()), 0)
+}
+
+// Run campaigns until ctx is done. Each time it becomes leader it calls lead
+// with a context that is cancelled when leadership ends; lead must return
+// promptly then. On ctx's end it waits for lead and releases the Lease.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) {
+	for ctx.Err() == nil {
+		if !e.acquire(ctx) {
+			break
+		}
+		e.setLeading(true)
+		e.log.Info("became leader")
+		leadCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); lead(leadCtx) }()
+		e.renew(leadCtx)
+		stop()
+		<-done
+		e.setLeading(false)
+		if ctx.Err() != nil {
+			e.release()
+			return
+		}
+		e.log.Warn("lost leadership; standing by")
+	}
+}
+
+func (e *Elector) setLeading(v bool) {
+	e.mu.Lock()
+	e.leading = v
+	e.mu.Unlock()
+	if e.onChange != nil {
+		e.onChange(v)
+	}
+}
+
+// acquire tries every RetryPeriod until it holds the lease or ctx ends.
+func (e *Elector) acquire(ctx context.Context) bool {
+	for {
+		ok, err := e.tryAcquireOrRenew(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("cannot acquire lease", "err", err)
+		}
+		if ok {
+			return true
+		}
+		if !sleep(ctx, jitter(e.cfg.RetryPeriod)) {
+			return false
+		}
+	}
+}
+
+// renew keeps the lease until a renewal has not succeeded for RenewDeadline
+// or ctx ends.
+func (e *Elector) renew(ctx context.Context) {
+	for {
+		if !sleep(ctx, e.cfg.RetryPeriod) {
+			return
+		}
+		attempt, cancel := context.WithDeadline(ctx, e.validUntilTime())
+		ok, err := e.tryAcquireOrRenew(attempt)
+		cancel()
+		if ok {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e.log.Warn("cannot renew lease", "err", err)
+		if !e.cfg.Now().Before(e.validUntilTime()) {
+			e.log.Error("lease not renewed within the renew deadline; stopping", "renew_deadline", e.cfg.RenewDeadline)
+			return
+		}
+	}
+}
+
+func (e *Elector) validUntilTime() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.validUntil
+}
+
+// record is the part of a Lease's spec the election reads and writes.
+type record struct {
+	Holder          string
+	DurationSeconds int64
+	AcquireTime     string
+	RenewTime       string
+	Transitions     int64
+}
+
+func (e *Elector) path() string {
+	return apiclient.GroupPath("coordination.k8s.io", "v1", e.cfg.Namespace, "leases", e.cfg.Name)
+}
+
+// tryAcquireOrRenew makes one attempt. It returns true if we hold the lease.
+func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
+	sent := e.cfg.Now()
+	now := microTime(sent)
+	mine := record{Holder: e.cfg.Identity, DurationSeconds: int64(e.cfg.LeaseDuration / time.Second), AcquireTime: now, RenewTime: now}
+
+	body, err := e.api.Get(ctx, e.path(), nil, "")
+	if apiclient.IsNotFound(err) {
+		if _, err := e.api.Create(ctx, apiclient.GroupPath("coordination.k8s.io", "v1", e.cfg.Namespace, "leases", ""), e.leaseJSON(mine, "")); err != nil {
+			return false, fmt.Errorf("create lease: %w", err)
+		}
+		e.held(sent, mine)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get lease: %w", err)
+	}
+	lease := gjson.ParseBytes(body)
+	current := record{
+		Holder:          lease.Get("spec.holderIdentity").String(),
+		DurationSeconds: lease.Get("spec.leaseDurationSeconds").Int(),
+		AcquireTime:     lease.Get("spec.acquireTime").String(),
+		RenewTime:       lease.Get("spec.renewTime").String(),
+		Transitions:     lease.Get("spec.leaseTransitions").Int(),
+	}
+	if current != e.observed {
+		e.observed, e.observedTime = current, e.cfg.Now()
+	}
+	duration := time.Duration(current.DurationSeconds) * time.Second
+	if duration <= 0 {
+		duration = e.cfg.LeaseDuration
+	}
+	if current.Holder != "" && current.Holder != e.cfg.Identity && e.cfg.Now().Before(e.observedTime.Add(duration)) {
+		return false, nil // held by another replica that renewed recently
+	}
+	if current.Holder == e.cfg.Identity {
+		mine.AcquireTime = current.AcquireTime
+		mine.Transitions = current.Transitions
+	} else {
+		mine.Transitions = current.Transitions + 1
+	}
+	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(mine, lease.Get("metadata.resourceVersion").String())); err != nil {
+		// 409: someone else wrote it since we read it; try again later.
+		return false, fmt.Errorf("update lease: %w", err)
+	}
+	e.held(sent, mine)
+	return true, nil
+}
+
+// held records a successful write sent at sent.
+func (e *Elector) held(sent time.Time, r record) {
+	e.observed, e.observedTime = r, e.cfg.Now()
+	e.mu.Lock()
+	e.validUntil = sent.Add(e.cfg.RenewDeadline)
+	e.mu.Unlock()
+}
+
+// release gives the lease up so a standby need not wait for it to expire.
+func (e *Elector) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	body, err := e.api.Get(ctx, e.path(), nil, "")
+	if err != nil {
+		e.log.Warn("cannot release lease", "err", err)
+		return
+	}
+	lease := gjson.ParseBytes(body)
+	if lease.Get("spec.holderIdentity").String() != e.cfg.Identity {
+		return
+	}
+	now := microTime(e.cfg.Now())
+	r := record{DurationSeconds: 1, AcquireTime: now, RenewTime: now, Transitions: lease.Get("spec.leaseTransitions").Int()}
+	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(r, lease.Get("metadata.resourceVersion").String())); err != nil {
+		e.log.Warn("cannot release lease", "err", err)
+		return
+	}
+	e.log.Info("released lease")
+}
+
+func (e *Elector) leaseJSON(r record, resourceVersion string) []byte {
+	meta := map[string]any{"name": e.cfg.Name, "namespace": e.cfg.Namespace}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	spec := map[string]any{
+		"leaseDurationSeconds": r.DurationSeconds,
+		"acquireTime":          r.AcquireTime,
+		"renewTime":            r.RenewTime,
+		"leaseTransitions":     r.Transitions,
+	}
+	if r.Holder != "" {
+		spec["holderIdentity"] = r.Holder
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec})
+	return b
+}
+
+// microTime formats t as a Kubernetes MicroTime.
+func microTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+}
+
+// jitter spreads retries of several replicas by up to 20 %.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
