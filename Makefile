@@ -10,8 +10,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
+FUZZ_TIME ?= 10s
 
-.PHONY: help build vet unit compose-check test e2e demo cluster-up cluster-down cluster-env controlplane record clean
+.PHONY: help build vet unit compose-check test e2e demo cluster-up cluster-down cluster-env controlplane record bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,7 +27,7 @@ vet: ## go vet, e2e files included
 unit: ## unit tests with the race detector
 	$(GO) test -race ./...
 
-test: vet unit compose-check e2e ## everything CI runs: vet, unit, compose check, e2e
+test: vet unit fuzz-short compose-check e2e ## everything CI runs: vet, unit, fuzz-short, compose check, e2e
 
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
@@ -52,7 +53,22 @@ cluster-env: ## print its environment, for eval
 record: ## re-record testdata/recorded/ from a real API server
 	bash hack/record.sh
 
-# fuzz-short: (to come) a short bounded run of each fuzz target.
+bench: ## issue 6: config-watcher vs the book's script and a client-go informer, on a fresh control plane (~10 min); see BENCHMARKS.md
+	bash bench/run.sh
+
+fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved under testdata/fuzz/ and fails
+	@targets=$$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort); \
+	[[ -n $$targets ]] || { echo "no fuzz targets found" >&2; exit 1; }; \
+	for file in $$targets; do \
+		pkg=./$$(dirname "$${file#./}"); \
+		for fn in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' "$$file"); do \
+			echo "==> fuzz $$pkg $$fn for $(FUZZ_TIME)"; \
+			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZ_TIME) "$$pkg"; \
+		done; \
+	done
+
+soak: ## 30 min of random edits with proxy restarts on a fresh control plane; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
+	bash hack/soak.sh
 
 clean: ## remove build output (not the cached control plane)
 	rm -rf bin

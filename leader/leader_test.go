@@ -24,13 +24,13 @@ import (
 // optimistic locking: create answers 409 if it exists, update answers 409
 // unless the resourceVersion matches. failing makes it answer 500.
 type leaseServer struct {
-	mu      sync.Mutex
+	mu       sync.Mutex
 	lease    map[string]any // nil: absent
 	rv       int
 	updates  int
 	releases int // updates that left the Lease without a holder
-	failing atomic.Bool
-	srv     *httptest.Server
+	failing  atomic.Bool
+	srv      *httptest.Server
 }
 
 func newLeaseServer(t *testing.T) *leaseServer {
