@@ -81,8 +81,10 @@ func TestRBACManifestsAreEnough(t *testing.T) {
 
 	user := "system:serviceaccount:" + ns + ":config-watcher"
 	proxy := startProxy(t, serviceAccountKubeconfig(t, ns, "config-watcher"))
-	c := startController(t, controllerOpts{namespace: ns, apiURL: proxy})
+	// As deployed: with leader election, so the Lease rules are exercised too.
+	c := startController(t, controllerOpts{namespace: ns, apiURL: proxy, extraEnv: []string{"LEADER_ELECT=true", "POD_NAME=config-watcher-rbac"}})
 	c.WaitReady(t)
+	c.WaitMetric(t, 1, "config_watcher_leader")
 	adopted := waitRestartedFor(t, ns, "webapp-config", "")
 
 	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, RBAC"}}`)

@@ -27,6 +27,9 @@ var allowedRules = []string{
 	" configmaps patch", // the restarted-for annotation (RECORD_HASH=true, the default)
 	" pods list",
 	" pods delete",
+	"coordination.k8s.io leases get", // leader election (LEADER_ELECT=true)
+	"coordination.k8s.io leases create",
+	"coordination.k8s.io leases update",
 }
 
 const (
@@ -65,7 +68,7 @@ var baseChecks = append(slices.Clone(containerChecks),
 	check{"AmbassadorListensOnLoopbackOnly", checkAmbassadorLoopback},
 	check{"ControllerTalksToTheAmbassador", checkAPIURL},
 	check{"OnlyTheAmbassadorGetsAToken", checkTokenOnlyInAmbassador},
-	check{"SingleReplicaIsRecreatedNotRolled", checkSingleRecreate},
+	check{"SeveralControllersElectALeader", checkLeaderElection},
 	check{"ControllerProbesHealthzAndReadyz", checkProbes},
 	check{"ControllerLearnsNamespaceAndPodNameFromDownwardAPI", checkDownwardAPI},
 )
@@ -243,12 +246,24 @@ var violations = []violation{
 			"name": "ambassador-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
 		return o
 	}},
-	{"TwoReplicas", ".", "SingleReplicaIsRecreatedNotRolled", func(t *testing.T, o []obj) []obj {
-		find(t, o, "Deployment", "config-watcher")["spec"].(map[string]any)["replicas"] = 2
+	{"TwoReplicasWithoutLeaderElection", ".", "SeveralControllersElectALeader", func(t *testing.T, o []obj) []obj {
+		setEnv(t, container(t, o, "config-watcher"), "LEADER_ELECT", "false")
 		return o
 	}},
-	{"RollingUpdate", ".", "SingleReplicaIsRecreatedNotRolled", func(t *testing.T, o []obj) []obj {
-		delete(find(t, o, "Deployment", "config-watcher")["spec"].(map[string]any), "strategy")
+	{"OneReplicaRolledWithoutLeaderElection", ".", "SeveralControllersElectALeader", func(t *testing.T, o []obj) []obj {
+		find(t, o, "Deployment", "config-watcher")["spec"].(map[string]any)["replicas"] = 1
+		setEnv(t, container(t, o, "config-watcher"), "LEADER_ELECT", "false")
+		return o
+	}},
+	{"LeaderElectionWithoutPodName", ".", "SeveralControllersElectALeader", func(t *testing.T, o []obj) []obj {
+		c := container(t, o, "config-watcher")
+		var env []any
+		for _, e := range list(c, "env") {
+			if e.(map[string]any)["name"] != "POD_NAME" {
+				env = append(env, e)
+			}
+		}
+		c["env"] = env
 		return o
 	}},
 	{"LivenessProbeMissing", ".", "ControllerProbesHealthzAndReadyz", func(t *testing.T, o []obj) []obj {
@@ -581,20 +596,37 @@ func checkTokenOnlyInAmbassador(objs []obj) []string {
 	return bad
 }
 
-func checkSingleRecreate(objs []obj) []string {
+func checkLeaderElection(objs []obj) []string {
 	var bad []string
 	for _, o := range objs {
-		if o["kind"] != "Deployment" {
+		if o["kind"] != "Deployment" || nameOf(o) != "config-watcher" {
 			continue
 		}
-		if n, _ := dig(o, "spec", "replicas").(float64); n != 1 {
-			bad = append(bad, fmt.Sprintf("Deployment %s: replicas %v, want 1 until leader election exists", nameOf(o), dig(o, "spec", "replicas")))
-		}
-		if s := str(o, "spec", "strategy", "type"); s != "Recreate" {
-			bad = append(bad, fmt.Sprintf("Deployment %s: strategy %q, want Recreate (no two controllers during a rollout)", nameOf(o), s))
+		n, _ := dig(o, "spec", "replicas").(float64)
+		rolled := str(o, "spec", "strategy", "type") != "Recreate"
+		for _, c := range containers([]obj{o}) {
+			if !isController(c.c) {
+				continue
+			}
+			elect := env(c.c, "LEADER_ELECT") == "true"
+			if (n != 1 || rolled) && !elect {
+				bad = append(bad, fmt.Sprintf("Deployment %s: %v replicas, strategy %q, but LEADER_ELECT is not true: two controllers would act on the same change", nameOf(o), n, str(o, "spec", "strategy", "type")))
+			}
+			if elect && !hasEnvFrom(c.c, "POD_NAME", "metadata.name") {
+				bad = append(bad, fmt.Sprintf("Deployment %s: LEADER_ELECT needs POD_NAME from metadata.name (the replica's identity)", nameOf(o)))
+			}
 		}
 	}
 	return bad
+}
+
+func hasEnvFrom(c map[string]any, name, fieldPath string) bool {
+	for _, e := range list(c, "env") {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
+			return str(m, "valueFrom", "fieldRef", "fieldPath") == fieldPath
+		}
+	}
+	return false
 }
 
 func checkProbes(objs []obj) []string {
