@@ -147,6 +147,8 @@ func (c config) validate() error {
 	switch {
 	case c.PodName == "":
 		return errors.New("LEADER_ELECT=true needs POD_NAME: it is the replica's identity in the Lease")
+	case !c.RecordHash:
+		return errors.New("LEADER_ELECT=true needs RECORD_HASH=true: a standby learns what the leader did from the recorded hashes, and would otherwise repeat its restarts after a failover")
 	case c.RenewDeadline <= c.RetryPeriod:
 		return errors.New("RENEW_DEADLINE must be longer than RETRY_PERIOD")
 	case c.LeaseDuration <= c.RenewDeadline:

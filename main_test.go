@@ -56,6 +56,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
 		{name: "BadFlagValueNamesFlag", args: []string{"--workers=x"}, wantErr: "(from --workers)"},
 		{name: "LeaderElectNeedsPodName", env: map[string]string{"LEADER_ELECT": "true"}, wantErr: "needs POD_NAME"},
+		{name: "LeaderElectNeedsRecordHash", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "a", "RECORD_HASH": "false"}, wantErr: "needs RECORD_HASH=true"},
 		{name: "LeaseMustOutlastRenewDeadline", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "a", "LEASE_DURATION": "10s"}, wantErr: "LEASE_DURATION must be longer than RENEW_DEADLINE"},
 		{name: "RenewDeadlineMustOutlastRetry", env: map[string]string{"LEADER_ELECT": "true", "POD_NAME": "a", "RETRY_PERIOD": "10s"}, wantErr: "RENEW_DEADLINE must be longer than RETRY_PERIOD"},
 		{name: "BadLeaseName", env: map[string]string{"LEASE_NAME": "Not_A_Name"}, wantErr: "LEASE_NAME"},
