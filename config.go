@@ -27,6 +27,10 @@ type config struct {
 	RecordHash         bool
 	Workers            int
 	ShutdownTimeout    time.Duration
+	RestartStrategy    string
+	EvictTimeout       time.Duration
+	MaxConcurrent      int
+	DryRun             bool
 	LeaderElect        bool
 	LeaseName          string
 	LeaseDuration      time.Duration
@@ -106,6 +110,30 @@ var settings = []setting{
 			return errors.New("must be a duration from 0s to 5m")
 		}
 		c.ShutdownTimeout = d
+		return nil
+	}},
+	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", func(c *config, v string) error {
+		if v != "delete" && v != "evict" {
+			return errors.New("must be delete or evict")
+		}
+		c.RestartStrategy = v
+		return nil
+	}},
+	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", durationSetting(func(c *config) *time.Duration { return &c.EvictTimeout })},
+	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 10000 {
+			return errors.New("must be a whole number from 0 to 10000")
+		}
+		c.MaxConcurrent = n
+		return nil
+	}},
+	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.DryRun = b
 		return nil
 	}},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", func(c *config, v string) error {

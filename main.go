@@ -71,11 +71,15 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 
 	leading := reg.NewGauge("config_watcher_leader", "1 while this replica may act (always, without leader election).")
 	pcfg := policy.Config{
-		SelectorAnnotation: cfg.SelectorAnnotation,
-		RecordHash:         cfg.RecordHash,
-		OwnPod:             cfg.PodName,
-		Workers:            cfg.Workers,
-		ShutdownGrace:      cfg.ShutdownTimeout,
+		SelectorAnnotation:    cfg.SelectorAnnotation,
+		RecordHash:            cfg.RecordHash,
+		OwnPod:                cfg.PodName,
+		Workers:               cfg.Workers,
+		ShutdownGrace:         cfg.ShutdownTimeout,
+		Strategy:              cfg.RestartStrategy,
+		EvictTimeout:          cfg.EvictTimeout,
+		MaxConcurrentRestarts: cfg.MaxConcurrent,
+		DryRun:                cfg.DryRun,
 	}
 	var elector *leader.Elector
 	if cfg.LeaderElect {
@@ -115,7 +119,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespace", cfg.Namespace, "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lw.Run(ctx) })
 	if elector == nil {

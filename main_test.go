@@ -33,6 +33,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespace: "default", APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
+				RestartStrategy: "delete", EvictTimeout: 5 * time.Minute,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
@@ -66,6 +67,16 @@ func TestLoadConfig(t *testing.T) {
 				assert.True(t, c.LeaderElect)
 				assert.Equal(t, "cw", c.LeaseName)
 				assert.Equal(t, time.Second, c.RetryPeriod)
+			}},
+		{name: "BadRestartStrategy", env: map[string]string{"RESTART_STRATEGY": "kill"}, wantErr: "RESTART_STRATEGY"},
+		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS"},
+		{name: "BadDryRun", env: map[string]string{"DRY_RUN": "perhaps"}, wantErr: "DRY_RUN"},
+		{name: "EvictPacedDryRun", env: map[string]string{"RESTART_STRATEGY": "evict", "EVICT_TIMEOUT": "1m", "MAX_CONCURRENT_RESTARTS": "1", "DRY_RUN": "true"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, "evict", c.RestartStrategy)
+				assert.Equal(t, time.Minute, c.EvictTimeout)
+				assert.Equal(t, 1, c.MaxConcurrent)
+				assert.True(t, c.DryRun)
 			}},
 		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 	}

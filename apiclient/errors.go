@@ -108,6 +108,10 @@ func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
 // immutable field such as a uid that no longer matches.
 func IsInvalid(err error) bool { return hasCode(err, http.StatusUnprocessableEntity) }
 
+// IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not
+// allow now.
+func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }
+
 // IsForbidden: RBAC refused the request.
 func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }
 

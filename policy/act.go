@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -32,7 +30,7 @@ type round struct {
 	hash     string
 	selector string
 	pods     []podRef // the pods that existed when the round began
-	deleted  int      // pods[:deleted] are handled
+	done     []bool   // done[i]: pods[i] is handled
 }
 
 type podRef struct{ name, uid string }
@@ -91,20 +89,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		if err != nil {
 			return resultError, fmt.Errorf("list pods: %w", err)
 		}
-		r = &round{hash: cm.hash, selector: sel.String(), pods: pods}
+		r = &round{hash: cm.hash, selector: sel.String(), pods: pods, done: make([]bool, len(pods))}
 		c.mu.Lock()
 		e.round = r
 		c.mu.Unlock()
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
 	}
-	for r.deleted < len(r.pods) {
-		if !c.mayAct() {
-			return resultError, errNotLeader
-		}
-		if err := c.deletePod(ctx, cm.namespace, r.pods[r.deleted], log); err != nil {
-			return resultError, err
-		}
-		r.deleted++
+	if err := c.restartAll(ctx, cm.namespace, r, log); err != nil {
+		return resultError, err
 	}
 	if err := c.record(ctx, cm); err != nil {
 		return resultError, err
@@ -167,39 +159,10 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 	}
 }
 
-// deletePod deletes one pod, guarded by its uid so a same-named replacement
-// (StatefulSet pods keep their names) is never hit.
-func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
-	body := `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":` + strconv.Quote(pod.uid) + `}}`
-	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(body))
-	switch {
-	case err == nil:
-		c.metrics.PodDeletions.Inc("deleted")
-		log.Info("deleted pod", "pod", pod.name, "outcome", "deleted")
-		return nil
-	case apiclient.IsNotFound(err):
-		c.metrics.PodDeletions.Inc("not_found")
-		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
-		return nil
-	case apiclient.IsConflict(err):
-		c.metrics.PodDeletions.Inc("conflict")
-		log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
-		return nil
-	case apiclient.IsForbidden(err):
-		c.metrics.PodDeletions.Inc("error")
-		log.Error("cannot delete pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-		return fmt.Errorf("RBAC: the controller may not delete pods in %s (needs verb delete on pods): %w", namespace, err)
-	default:
-		c.metrics.PodDeletions.Inc("error")
-		log.Warn("cannot delete pod", "pod", pod.name, "outcome", "error", "err", err)
-		return fmt.Errorf("delete pod %s/%s: %w", namespace, pod.name, err)
-	}
-}
-
 // record writes cm.hash into RestartedForAnnotation. The patch names the
 // uid, so it fails instead of marking a re-created ConfigMap of the same name.
 func (c *Controller) record(ctx context.Context, cm configMap) error {
-	if !c.cfg.RecordHash {
+	if !c.cfg.RecordHash || c.cfg.DryRun {
 		return nil
 	}
 	if !c.mayAct() {

@@ -42,6 +42,17 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// NewBackOff makes the per-ConfigMap retry policy for failed rounds.
 	NewBackOff func() backoff.BackOff
+	// Strategy restarts a pod: StrategyDelete (the default) or StrategyEvict.
+	Strategy string
+	// EvictTimeout bounds how long an eviction blocked by a disruption
+	// budget is retried before the pod is reported stuck (5 min).
+	EvictTimeout time.Duration
+	// MaxConcurrentRestarts paces a round: at most this many pods are
+	// restarted at once; 0 restarts them all at once.
+	MaxConcurrentRestarts int
+	// DryRun does everything but the restarts: the server validates each
+	// request (dryRun=All) and nothing is deleted, evicted or recorded.
+	DryRun bool
 	// MayAct, if set, is asked before every write; false stops the round
 	// (a leader whose lease may have lapsed must not delete anything).
 	MayAct func() bool
@@ -51,6 +62,7 @@ type Config struct {
 type API interface {
 	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
 	Delete(ctx context.Context, path string, body []byte) ([]byte, error)
+	Create(ctx context.Context, path string, body []byte) ([]byte, error)
 	MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error)
 }
 
@@ -104,6 +116,12 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	}
 	if cfg.NewBackOff == nil {
 		cfg.NewBackOff = watch.DefaultBackOff
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = StrategyDelete
+	}
+	if cfg.EvictTimeout <= 0 {
+		cfg.EvictTimeout = 5 * time.Minute
 	}
 	return &Controller{
 		cfg:     cfg,
@@ -287,6 +305,7 @@ func (c *Controller) Queued() int { return c.queue.Len() }
 type Metrics struct {
 	Reconciles       *metrics.CounterVec
 	PodDeletions     *metrics.CounterVec
+	PodEvictions     *metrics.CounterVec
 	InvalidSelectors *metrics.Counter
 	SkippedObjects   *metrics.Counter
 	QueueDepth       *metrics.Gauge
@@ -298,7 +317,9 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
 			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result.", "result",
-			"deleted", "not_found", "conflict", "error"),
+			"deleted", "not_found", "conflict", "error", "dry_run"),
+		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; stuck: a disruption budget blocked it past EVICT_TIMEOUT.", "result",
+			"evicted", "not_found", "conflict", "stuck", "error", "dry_run"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps waiting for a worker."),

@@ -289,10 +289,15 @@ func TestDeleteAnswers(t *testing.T) {
 			require.Eventually(t, func() bool { return m.Reconciles.Value(tt.wantResult) >= 1 }, waitFor, time.Millisecond)
 			settle(t, c)
 			if tt.wantDeletes != nil {
-				assert.Equal(t, tt.wantDeletes, api.deletedPods())
+				assert.ElementsMatch(t, tt.wantDeletes, api.deletedPods())
 			} else {
-				assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.deletedPods()[:2])
-				assert.NotContains(t, api.deletedPods(), "webapp-3", "a failed round stops at the failing pod")
+				counts := map[string]int{}
+				for _, p := range api.deletedPods() {
+					counts[p]++
+				}
+				assert.Equal(t, 1, counts["webapp-1"], "the other pods are restarted once")
+				assert.Equal(t, 1, counts["webapp-3"], "the other pods are restarted once")
+				assert.GreaterOrEqual(t, counts["webapp-2"], 1)
 			}
 			assert.Len(t, api.recordedHashes(), tt.wantRecords)
 		})
@@ -320,7 +325,7 @@ func TestRetryDoesNotDeleteReplacements(t *testing.T) {
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
-	assert.Equal(t, []string{"webapp-1", "webapp-2", "webapp-2", "webapp-3"}, api.deletedPods())
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-2", "webapp-3"}, api.deletedPods())
 	assert.Len(t, api.seen(http.MethodGet, "pods"), 2, "pods listed once (two pages), not again on retry")
 }
 
@@ -329,23 +334,25 @@ func TestRetryDoesNotDeleteReplacements(t *testing.T) {
 func TestBurstCoalesces(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	release := make(chan struct{})
-	var once sync.Once
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	var deletes atomic.Int32
 	api.fault = func(r request) (int, string, bool) {
-		if r.method == http.MethodDelete {
-			once.Do(func() { <-release }) // hold the first round
+		if r.method == http.MethodDelete && deletes.Add(1) == 1 {
+			<-release // hold the first round
 		}
 		return 0, "", false
 	}
 	c, m := newTestController(t, api.client(), Config{RecordHash: true, Workers: 4})
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, func() bool { return len(api.seen(http.MethodDelete, "pods")) == 1 }, waitFor, time.Millisecond)
+	require.Eventually(t, func() bool { return deletes.Load() >= 1 }, waitFor, time.Millisecond)
 	var last map[string]string
 	for i := range 50 {
 		last = map[string]string{"message": strings.Repeat("x", i)}
 		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: last})
 	}
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
 	settle(t, c)
 	assert.Equal(t, uint64(2), m.Reconciles.Value(resultRestarted))
@@ -520,7 +527,7 @@ func TestMayActFalseStopsRound(t *testing.T) {
 		}
 		return 0, "", false
 	}
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, MayAct: allowed.Load})
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MayAct: allowed.Load, MaxConcurrentRestarts: 1})
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 1 }, waitFor, time.Millisecond)

@@ -106,6 +106,16 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		f.listPods(w, req)
 	case resource == "pods" && r.Method == http.MethodDelete:
 		f.deletePod(w, name, body)
+	case resource == "pods" && r.Method == http.MethodPost && len(parts) == 7 && parts[6] == "eviction":
+		var ev struct {
+			Kind          string          `json:"kind"`
+			DeleteOptions json.RawMessage `json:"deleteOptions"`
+		}
+		if err := json.Unmarshal(body, &ev); err != nil || ev.Kind != "Eviction" {
+			writeStatus(w, 400, "BadRequest", "body is not an Eviction")
+			return
+		}
+		f.deletePod(w, name, ev.DeleteOptions)
 	case resource == "configmaps" && r.Method == http.MethodPatch:
 		if ct := r.Header.Get("Content-Type"); ct != "application/merge-patch+json" {
 			writeStatus(w, 415, "UnsupportedMediaType", ct)
@@ -157,6 +167,7 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 		Preconditions struct {
 			UID string `json:"uid"`
 		} `json:"preconditions"`
+		DryRun []string `json:"dryRun"`
 	}
 	if err := json.Unmarshal(body, &opts); err != nil || opts.Kind != "DeleteOptions" {
 		writeStatus(w, 400, "BadRequest", "body is not DeleteOptions")
@@ -169,7 +180,9 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 	case opts.Preconditions.UID != p.uid:
 		writeStatus(w, 409, "Conflict", "Precondition failed: UID in precondition: "+opts.Preconditions.UID+", UID in object meta: "+p.uid)
 	default:
-		delete(f.pods, name)
+		if len(opts.DryRun) == 0 {
+			delete(f.pods, name)
+		}
 		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q}}`, name)
 	}
 }
@@ -192,6 +205,15 @@ func (f *fakeAPI) seen(method, resource string) []request {
 		}
 	}
 	return out
+}
+
+// evictedPods lists the pod names an eviction was posted for, in order.
+func (f *fakeAPI) evictedPods() []string {
+	var names []string
+	for _, r := range f.seen(http.MethodPost, "pods") {
+		names = append(names, strings.Split(r.path, "/")[6])
+	}
+	return names
 }
 
 // deletedPods lists the pod names DELETE was sent for, in order.

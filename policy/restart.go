@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+)
+
+// Restart strategies (RESTART_STRATEGY).
+const (
+	// StrategyDelete deletes each pod: the pattern as the book has it. It
+	// bypasses PodDisruptionBudgets.
+	StrategyDelete = "delete"
+	// StrategyEvict asks the Eviction subresource, which honours
+	// PodDisruptionBudgets: with a PDB, a rollout of new configuration never
+	// takes more pods down than the budget allows.
+	StrategyEvict = "evict"
+)
+
+// restartAll restarts the round's pods that are not done yet, at most
+// MaxConcurrentRestarts at a time (all at once when it is 0). A pod that
+// fails stays not done, so a retried round restarts only those.
+func (c *Controller) restartAll(ctx context.Context, namespace string, r *round, log *slog.Logger) error {
+	limit := c.cfg.MaxConcurrentRestarts
+	if limit <= 0 {
+		limit = len(r.pods)
+	}
+	sem := make(chan struct{}, max(limit, 1))
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	for i := range r.pods {
+		if r.done[i] {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			fail(ctx.Err())
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if failed() || !c.mayAct() {
+			// A paced round stops at the first failure (it is retried
+			// later); a replica that may no longer act stops at once.
+			<-sem
+			fail(errNotLeader)
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.restartPod(ctx, namespace, r.pods[i], log); err != nil {
+				fail(err)
+				return
+			}
+			r.done[i] = true // each goroutine owns its own element
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+	if c.cfg.Strategy == StrategyEvict {
+		return c.evictPod(ctx, namespace, pod, log)
+	}
+	return c.deletePod(ctx, namespace, pod, log)
+}
+
+// deleteOptions guards a deletion with the pod's uid, so a same-named
+// replacement (StatefulSet pods keep their names) is never hit; in dry-run
+// mode the server validates the request (RBAC, precondition) and changes
+// nothing.
+func (c *Controller) deleteOptions(pod podRef) string {
+	dry := ""
+	if c.cfg.DryRun {
+		dry = `,"dryRun":["All"]`
+	}
+	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":` + strconv.Quote(pod.uid) + `}` + dry + `}`
+}
+
+// deletePod deletes one pod.
+func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+	switch {
+	case err == nil && c.cfg.DryRun:
+		c.metrics.PodDeletions.Inc("dry_run")
+		log.Info("would delete pod (dry run)", "pod", pod.name, "outcome", "dry_run")
+		return nil
+	case err == nil:
+		c.metrics.PodDeletions.Inc("deleted")
+		log.Info("deleted pod", "pod", pod.name, "outcome", "deleted")
+		return nil
+	case apiclient.IsNotFound(err):
+		c.metrics.PodDeletions.Inc("not_found")
+		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
+		return nil
+	case apiclient.IsConflict(err):
+		c.metrics.PodDeletions.Inc("conflict")
+		log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
+		return nil
+	case apiclient.IsForbidden(err):
+		c.metrics.PodDeletions.Inc("error")
+		log.Error("cannot delete pod", "pod", pod.name, "outcome", "forbidden", "err", err)
+		return fmt.Errorf("RBAC: the controller may not delete pods in %s (needs verb delete on pods): %w", namespace, err)
+	default:
+		c.metrics.PodDeletions.Inc("error")
+		log.Warn("cannot delete pod", "pod", pod.name, "outcome", "error", "err", err)
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, pod.name, err)
+	}
+}
+
+// evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow
+// it now: it is retried with backoff until EvictTimeout, after which the
+// pod is reported stuck and left alone, so one blocked pod does not hold
+// the configuration rollout of the others forever.
+func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+	body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
+		`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
+	path := apiclient.CorePath(namespace, "pods", pod.name) + "/eviction"
+	deadline := time.Now().Add(c.cfg.EvictTimeout)
+	bo := c.cfg.NewBackOff()
+	for {
+		_, err := c.api.Create(ctx, path, []byte(body))
+		switch {
+		case err == nil && c.cfg.DryRun:
+			c.metrics.PodEvictions.Inc("dry_run")
+			log.Info("would evict pod (dry run)", "pod", pod.name, "outcome", "dry_run")
+			return nil
+		case err == nil:
+			c.metrics.PodEvictions.Inc("evicted")
+			log.Info("evicted pod", "pod", pod.name, "outcome", "evicted")
+			return nil
+		case apiclient.IsNotFound(err):
+			c.metrics.PodEvictions.Inc("not_found")
+			log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
+			return nil
+		case apiclient.IsConflict(err):
+			c.metrics.PodEvictions.Inc("conflict")
+			log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
+			return nil
+		case apiclient.IsTooManyRequests(err):
+			delay := max(bo.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
+			if time.Now().Add(delay).After(deadline) {
+				c.metrics.PodEvictions.Inc("stuck")
+				log.Error("pod still not evictable; leaving it", "pod", pod.name, "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
+				return nil
+			}
+			log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		case apiclient.IsForbidden(err):
+			c.metrics.PodEvictions.Inc("error")
+			log.Error("cannot evict pod", "pod", pod.name, "outcome", "forbidden", "err", err)
+			return fmt.Errorf("RBAC: the controller may not evict pods in %s (needs verb create on pods/eviction): %w", namespace, err)
+		default:
+			c.metrics.PodEvictions.Inc("error")
+			log.Warn("cannot evict pod", "pod", pod.name, "outcome", "error", "err", err)
+			return fmt.Errorf("evict pod %s/%s: %w", namespace, pod.name, err)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package policy
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestMaxConcurrentRestartsPaces ensures MAX_CONCURRENT_RESTARTS=1 restarts
+// one pod after the other, so a pod that cannot be restarted holds the
+// ones after it, while the default restarts them all at once.
+func TestMaxConcurrentRestartsPaces(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		limit       int
+		wantWebapp3 bool
+	}{
+		{"OneAtATimeStopsAtFailure", 1, false},
+		{"UnlimitedRestartsTheOthers", 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			api.fault = func(r request) (int, string, bool) {
+				if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-2") {
+					return 403, `{"kind":"Status","code":403,"reason":"Forbidden"}`, true
+				}
+				return 0, "", false
+			}
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxConcurrentRestarts: tt.limit})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 2 }, waitFor, time.Millisecond)
+			assert.Equal(t, tt.wantWebapp3, strings.Contains(strings.Join(api.deletedPods(), ","), "webapp-3"))
+			assert.Empty(t, api.recordedHashes())
+		})
+	}
+}
+
+// TestEvictStrategy ensures RESTART_STRATEGY=evict posts Evictions (never
+// DELETE), retries one a disruption budget refuses with 429, and reports a
+// pod still refused after EVICT_TIMEOUT as stuck and leaves it.
+func TestEvictStrategy(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		refusals   int32 // 429s for webapp-2
+		wantResult map[string]uint64
+	}{
+		{"EvictsEachPod", 0, map[string]uint64{"evicted": 3}},
+		{"RetriesWhileBudgetRefuses", 3, map[string]uint64{"evicted": 3}},
+		{"StuckAfterTimeout", 1 << 30, map[string]uint64{"evicted": 2, "stuck": 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			var refused atomic.Int32
+			api.fault = func(r request) (int, string, bool) {
+				if r.method == http.MethodPost && strings.Contains(r.path, "/webapp-2/") && refused.Add(1) <= tt.refusals {
+					return 429, `{"kind":"Status","code":429,"reason":"TooManyRequests","message":"Cannot evict pod as it would violate the pod's disruption budget."}`, true
+				}
+				return 0, "", false
+			}
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, Strategy: StrategyEvict, EvictTimeout: 50 * time.Millisecond})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+			assert.Empty(t, api.deletedPods(), "evict never deletes")
+			for result, want := range tt.wantResult {
+				assert.Equal(t, want, m.PodEvictions.Value(result), result)
+			}
+			assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes(), "the round completes")
+		})
+	}
+}
+
+// TestDryRun ensures DRY_RUN sends every restart with dryRun=All (so the
+// server checks RBAC and preconditions), deletes nothing, records nothing,
+// and still does not repeat itself for the same data.
+func TestDryRun(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, DryRun: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, labels: map[string]string{"a": "b"}})
+	settle(t, c)
+	require.Len(t, api.seen(http.MethodDelete, "pods"), 3)
+	for _, r := range api.seen(http.MethodDelete, "pods") {
+		assert.Contains(t, r.body, `"dryRun":["All"]`)
+	}
+	assert.Len(t, api.pods, 5, "no pod deleted")
+	assert.Empty(t, api.seen(http.MethodPatch, "configmaps"), "nothing recorded")
+	assert.Equal(t, uint64(3), m.PodDeletions.Value("dry_run"))
+	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+}
