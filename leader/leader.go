@@ -156,7 +156,7 @@ func (e *Elector) acquire(ctx context.Context) bool {
 	for {
 		ok, err := e.tryAcquireOrRenew(ctx)
 		if err != nil && ctx.Err() == nil {
-			e.log.Warn("cannot acquire lease", "err", err)
+			e.log.Warn("cannot acquire lease", "err", rbacHint(err))
 		}
 		if ok {
 			return true
@@ -183,7 +183,7 @@ func (e *Elector) renew(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		e.log.Warn("cannot renew lease", "err", err)
+		e.log.Warn("cannot renew lease", "err", rbacHint(err))
 		if !e.cfg.Now().Before(e.validUntilTime()) {
 			e.log.Error("lease not renewed within the renew deadline; stopping", "renew_deadline", e.cfg.RenewDeadline)
 			return
@@ -195,6 +195,14 @@ func (e *Elector) validUntilTime() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.validUntil
+}
+
+// rbacHint says which permission a 403 lacks.
+func rbacHint(err error) error {
+	if apiclient.IsForbidden(err) {
+		return fmt.Errorf("RBAC: leader election needs verbs get, create and update on coordination.k8s.io leases: %w", err)
+	}
+	return err
 }
 
 // record is the part of a Lease's spec the election reads and writes.

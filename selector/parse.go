@@ -223,9 +223,9 @@ func (p *parser) valueSet() ([]string, error) {
 			}
 			values = append(values, t.text)
 		case tokComma, tokClose:
-			// an empty value, as in "(a,)" or "()"
-			values = append(values, "")
-			p.peeked = &t
+			// "()", "(a,)", "(,)": an empty value in a set is refused, so
+			// that every accepted set renders to a form that parses again.
+			return nil, errAt(t, "empty value in a value set")
 		default:
 			return nil, errAt(t, "expected a value or ')', found %s", describe(t))
 		}
@@ -233,9 +233,6 @@ func (p *parser) valueSet() ([]string, error) {
 		case tokComma:
 			continue
 		case tokClose:
-			if len(values) == 1 && values[0] == "" {
-				return nil, errAt(t, "value set is empty")
-			}
 			return dedupe(values), nil
 		default:
 			return nil, errAt(t, "expected ',' or ')' in a value set, found %s", describe(t))

@@ -1,0 +1,181 @@
+// Package events reports what the controller did as core/v1 Events on the
+// objects concerned, so that `kubectl describe configmap` tells the story.
+//
+// Recording never blocks the caller: events go through a bounded buffer to
+// one sender, are rate-limited (a token bucket, plus one identical event per
+// object and reason per DedupeWindow), and are dropped, counted, when the
+// API is slow or the buffer is full. Messages are written by the
+// controller and never contain ConfigMap data.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/metrics"
+)
+
+// Event types.
+const (
+	Normal  = "Normal"
+	Warning = "Warning"
+)
+
+// Object identifies the object an event is about.
+type Object struct {
+	APIVersion, Kind, Namespace, Name, UID string
+}
+
+// API is the slice of the API client the recorder needs.
+type API interface {
+	Create(ctx context.Context, path string, body []byte) ([]byte, error)
+}
+
+var _ API = (*apiclient.Client)(nil)
+
+// Config of a Recorder; zero values take the defaults noted.
+type Config struct {
+	Component string // source.component and reportingComponent ("config-watcher")
+	Instance  string // reportingInstance (POD_NAME)
+	// Burst and Every: a token bucket of Burst events refilled one per
+	// Every (25 and 5 s).
+	Burst int
+	Every time.Duration
+	// DedupeWindow drops an event identical to one sent for the same
+	// object less than this ago (5 min).
+	DedupeWindow time.Duration
+	Now          func() time.Time
+}
+
+type event struct {
+	obj                  Object
+	typ, reason, message string
+}
+
+// Recorder sends events.
+type Recorder struct {
+	cfg   Config
+	api   API
+	log   *slog.Logger
+	queue chan event
+	sent  *metrics.CounterVec
+
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+	seen   map[string]time.Time
+}
+
+// New returns a recorder; Run sends what it records.
+func New(cfg Config, api API, log *slog.Logger, reg *metrics.Registry) *Recorder {
+	if cfg.Component == "" {
+		cfg.Component = "config-watcher"
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = 25
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = 5 * time.Second
+	}
+	if cfg.DedupeWindow <= 0 {
+		cfg.DedupeWindow = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Recorder{
+		cfg: cfg, api: api, log: log,
+		queue:  make(chan event, 100),
+		sent:   reg.NewCounterVec("config_watcher_events_emitted_total", "Kubernetes Events, by outcome (sent, dropped: rate limit, duplicate or full buffer; error).", "result", "sent", "dropped", "error"),
+		tokens: float64(cfg.Burst),
+		last:   cfg.Now(),
+		seen:   map[string]time.Time{},
+	}
+}
+
+// Event records an event about obj. It never blocks.
+func (r *Recorder) Event(obj Object, typ, reason, message string) {
+	if r == nil {
+		return
+	}
+	if !r.allow(obj, reason, message) {
+		r.sent.Inc("dropped")
+		return
+	}
+	select {
+	case r.queue <- event{obj, typ, reason, message}:
+	default:
+		r.sent.Inc("dropped")
+	}
+}
+
+// allow applies the dedupe window and the token bucket.
+func (r *Recorder) allow(obj Object, reason, message string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.cfg.Now()
+	key := obj.UID + "\x00" + obj.Namespace + "/" + obj.Name + "\x00" + reason + "\x00" + message
+	if t, ok := r.seen[key]; ok && now.Sub(t) < r.cfg.DedupeWindow {
+		return false
+	}
+	r.tokens = min(float64(r.cfg.Burst), r.tokens+now.Sub(r.last).Seconds()/r.cfg.Every.Seconds())
+	r.last = now
+	if r.tokens < 1 {
+		return false
+	}
+	r.tokens--
+	for k, t := range r.seen { // bounded by the bucket: at most a few hundred keys
+		if now.Sub(t) >= r.cfg.DedupeWindow {
+			delete(r.seen, k)
+		}
+	}
+	r.seen[key] = now
+	return true
+}
+
+// Run sends recorded events until ctx is done.
+func (r *Recorder) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-r.queue:
+			r.send(ctx, ev)
+		}
+	}
+}
+
+func (r *Recorder) send(ctx context.Context, ev event) {
+	now := r.cfg.Now().UTC()
+	body, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Event",
+		"metadata":   map[string]any{"generateName": ev.obj.Name + ".", "namespace": ev.obj.Namespace},
+		"involvedObject": map[string]any{
+			"apiVersion": ev.obj.APIVersion, "kind": ev.obj.Kind,
+			"namespace": ev.obj.Namespace, "name": ev.obj.Name, "uid": ev.obj.UID,
+		},
+		"type":               ev.typ,
+		"reason":             ev.reason,
+		"message":            ev.message,
+		"source":             map[string]any{"component": r.cfg.Component},
+		"reportingComponent": r.cfg.Component,
+		"reportingInstance":  r.cfg.Instance,
+		"firstTimestamp":     now.Format(time.RFC3339),
+		"lastTimestamp":      now.Format(time.RFC3339),
+		"eventTime":          nil,
+		"count":              1,
+	})
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := r.api.Create(ctx, apiclient.CorePath(ev.obj.Namespace, "events", ""), body); err != nil {
+		r.sent.Inc("error")
+		r.log.Warn("cannot record event", "namespace", ev.obj.Namespace, "object", ev.obj.Kind+"/"+ev.obj.Name, "reason", ev.reason, "err", err)
+		return
+	}
+	r.sent.Inc("sent")
+}
