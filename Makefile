@@ -12,7 +12,7 @@ GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
 FUZZ_TIME ?= 10s
 
-.PHONY: help build vet unit compose-check test e2e demo cluster-up cluster-down cluster-env controlplane record bench clean
+.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -59,13 +59,15 @@ bench: ## issue 6: config-watcher vs the book's script and a client-go informer,
 fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved under testdata/fuzz/ and fails
 	@targets=$$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort); \
 	[[ -n $$targets ]] || { echo "no fuzz targets found" >&2; exit 1; }; \
+	failed=(); \
 	for file in $$targets; do \
 		pkg=./$$(dirname "$${file#./}"); \
 		for fn in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' "$$file"); do \
 			echo "==> fuzz $$pkg $$fn for $(FUZZ_TIME)"; \
-			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZ_TIME) "$$pkg"; \
+			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZ_TIME) "$$pkg" || failed+=("$$pkg $$fn"); \
 		done; \
-	done
+	done; \
+	if (( $${#failed[@]} )); then printf 'fuzz-short: FAILED: %s\n' "$${failed[@]}" >&2; exit 1; fi
 
 soak: ## 30 min of random edits with proxy restarts on a fresh control plane; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh

@@ -1,0 +1,353 @@
+package policy
+
+// The policy half of the bad-input matrix (issue 7): hostile selectors,
+// ConfigMaps of unusual shape and size, malformed objects, repeated and
+// out-of-order events, and a ConfigMap deleted during its own round. Each
+// case states its outcome: refused (logged with a clear error, counted, no
+// request made), skipped (counted, nothing queued), or acted on.
+
+import (
+	"bytes"
+	"encoding/base64"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// syncBuf is a log sink safe for the workers' goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// loggedController is newTestController with its log kept for inspection.
+func loggedController(t *testing.T, api API, cfg Config) (*Controller, *Metrics, *syncBuf) {
+	cfg.SelectorAnnotation = DefaultSelectorAnnotation
+	if cfg.NewBackOff == nil {
+		cfg.NewBackOff = fastBackOff
+	}
+	logs := &syncBuf{}
+	m := NewMetrics(metrics.NewRegistry())
+	return New(cfg, api, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), m), m, logs
+}
+
+// TestBadInputSelectors ensures every hostile selector is refused before any
+// request (so nothing can be smuggled into the pod list's query string),
+// logged with the reason, counted, and deletes nothing; and that the
+// accepted spellings are sent to the API in canonical, escaped form.
+func TestBadInputSelectors(t *testing.T) {
+	refused := []struct{ name, selector, wantErr string }{
+		{"Empty", "", "empty"},
+		{"Blank", " \t ", "empty"},
+		{"OnlyComma", ",", ""},
+		{"SyntaxError", "app in (", ""},
+		{"OnlyNotExists", "!app", "positive"},
+		{"OnlyNotEquals", "app!=db", "positive"},
+		{"OnlyNotIn", "app notin (db)", "positive"},
+		{"AmpersandInjection", "app=webapp&labelSelector=", ""},
+		{"AmpersandSecondParam", "app=webapp&watch=true", ""},
+		{"QuestionMark", "app=webapp?x=1", ""},
+		{"Hash", "app=webapp#fragment", ""},
+		{"PercentEncodedAmpersand", "app=web%26app", ""},
+		{"PercentEncodedEquals", "app%3Dwebapp", ""},
+		{"NonASCIIValue", "app=wébapp", ""},
+		{"NonASCIIKey", "äpp=webapp", ""},
+		{"EmojiValue", "app=🙂", ""},
+		{"NewlineInside", "app=webapp\nrole=db", ""},
+		{"NULByte", "app=web\x00app", ""},
+		{"OverlongValue", "app=" + strings.Repeat("v", 64), ""},
+		{"OverlongKeyName", strings.Repeat("k", 64) + "=v", ""},
+		{"OverlongKeyPrefix", strings.Repeat("p", 254) + "/app=v", ""},
+		{"Huge", "app in (" + strings.Repeat("a,", 50000) + "a", ""},
+		{"NumericGreater", "replicas>1", ""},
+		{"EmptyKey", "=webapp", ""},
+		{"Semicolon", "app=webapp;role=db", ""},
+		{"QuotedValue", `app="webapp"`, ""},
+	}
+	for _, tt := range refused {
+		t.Run("Refused/"+tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			c, m, logs := loggedController(t, api.client(), Config{RecordHash: true})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr(tt.selector), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+			assert.Empty(t, api.requests, "a refused selector makes no request")
+			assert.Equal(t, uint64(1), m.InvalidSelectors.Value())
+			assert.Equal(t, uint64(1), m.Reconciles.Value(resultRefused))
+			out := logs.String()
+			assert.Contains(t, out, "refusing to restart pods: invalid selector")
+			assert.Contains(t, out, "err=")
+			if tt.wantErr != "" {
+				assert.Contains(t, out, tt.wantErr)
+			}
+			assert.Less(t, len(out), 4096, "a huge selector is truncated in the log")
+		})
+	}
+
+	accepted := []struct{ name, selector, wantQuery string }{
+		{"Plain", "app=webapp", "app=webapp"},
+		{"Spaces", "  app = webapp  ", "app=webapp"},
+		{"DoubleEquals", "app==webapp", "app=webapp"},
+		{"In", "app in (webapp)", "app in (webapp)"},
+		{"PositiveAndNegative", "app=webapp,!legacy", "app=webapp,!legacy"},
+		{"PrefixedKeyNoMatch", "example.com/app=webapp", "example.com/app=webapp"},
+	}
+	for _, tt := range accepted {
+		t.Run("Accepted/"+tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			c, m := newTestController(t, api.client(), Config{RecordHash: true})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr(tt.selector), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+			assert.Zero(t, m.InvalidSelectors.Value())
+			lists := api.seen(http.MethodGet, "pods")
+			require.NotEmpty(t, lists)
+			assert.Equal(t, []string{tt.wantQuery}, lists[0].query["labelSelector"])
+			assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+		})
+	}
+}
+
+// TestBadInputConfigMapShapes ensures ConfigMaps of unusual shape are handled
+// as the README says: 1 MiB of data and binaryData-only changes are acted on;
+// null, missing and empty data are the same (no change); a null or garbage
+// record is no record (adopted, nothing deleted); a null selector annotation
+// is an empty selector (refused); non-string values still hash apart.
+func TestBadInputConfigMapShapes(t *testing.T) {
+	big1 := map[string]string{"big": strings.Repeat("A", 1<<20)}
+	big2 := map[string]string{"big": strings.Repeat("A", 1<<20-1) + "B"}
+	bin := func(s string) map[string]string {
+		return map[string]string{"blob": base64.StdEncoding.EncodeToString([]byte(s))}
+	}
+	shapeHash := func(t *testing.T, raw string) string {
+		cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
+		require.NoError(t, err)
+		return cm.hash
+	}
+	const head = `{"kind":"ConfigMap","metadata":{"name":"webapp-config","namespace":"ns","uid":"cm-uid-1","resourceVersion":"42","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"`
+
+	t.Run("OneMiBDataChangeActedOn", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m, logs := loggedController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, big1), data: big2})
+		settle(t, c)
+		assert.Len(t, api.deletedPods(), 3)
+		assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+		assert.NotContains(t, logs.String(), "AAAAAAAA", "data never reaches the log")
+	})
+	t.Run("OneMiBSameDataNothing", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, big1), data: big1})
+		settle(t, c)
+		assert.Empty(t, api.requests)
+	})
+	t.Run("BinaryDataOnlyChangeActedOn", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
+		require.NoError(t, err)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash, binaryData: bin("two")})
+		settle(t, c)
+		assert.Len(t, api.deletedPods(), 3)
+		assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+	})
+	t.Run("BinaryDataOnlySameNothing", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
+		require.NoError(t, err)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash, binaryData: bin("one")})
+		settle(t, c)
+		assert.Empty(t, api.requests)
+	})
+	t.Run("NullMissingEmptyDataAreOneState", func(t *testing.T) {
+		missing := shapeHash(t, head+`}}}`)
+		assert.Equal(t, missing, shapeHash(t, head+`}},"data":null}`))
+		assert.Equal(t, missing, shapeHash(t, head+`}},"data":{}}`))
+		assert.Equal(t, missing, shapeHash(t, head+`}},"data":{},"binaryData":null}`))
+		assert.NotEqual(t, missing, shapeHash(t, head+`}},"data":{"k":""}}`), "an empty value is still a key")
+	})
+	t.Run("NonStringValuesHashApart", func(t *testing.T) {
+		s := shapeHash(t, head+`}},"data":{"k":"1"}}`)
+		n := shapeHash(t, head+`}},"data":{"k":1}}`)
+		arr := shapeHash(t, head+`}},"data":["k","1"]}`)
+		assert.NotEqual(t, s, n)
+		assert.NotEqual(t, s, arr)
+		assert.NotEqual(t, n, arr)
+	})
+	t.Run("GarbageRecordIsNoRecordAdopted", func(t *testing.T) {
+		for _, rec := range []string{"sha256:zz", "md5:abc", "sha256:" + strings.Repeat("0", 63), strings.Repeat("x", 10000)} {
+			api := newFakeAPI(t, webPods()...)
+			c, m := newTestController(t, api.client(), Config{RecordHash: true})
+			start(t, c)
+			handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v2, annotations: map[string]string{RestartedForAnnotation: rec}})
+			settle(t, c)
+			assert.Empty(t, api.deletedPods(), "record %.20q", rec)
+			assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes(), "record %.20q is replaced by a real one", rec)
+			assert.Equal(t, uint64(1), m.Reconciles.Value(resultAdopted))
+		}
+	})
+	t.Run("NullSelectorAnnotationRefused", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		c.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"webapp-config","namespace":"ns","uid":"u","annotations":{"k8spatterns.io/podDeleteSelector":null,"config-watcher.k8spatterns.io/restarted-for":"` + hashOf(t, v1) + `"}},"data":{"message":"Hello again"}}`)})
+		settle(t, c)
+		assert.Empty(t, api.requests)
+		assert.Equal(t, uint64(1), m.InvalidSelectors.Value())
+	})
+	t.Run("NullAnnotationsNotOurs", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		c.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","annotations":null},"data":null}`)})
+		settle(t, c)
+		assert.Empty(t, api.requests)
+		assert.Zero(t, m.SkippedObjects.Value())
+	})
+}
+
+// TestBadInputMalformedObjects ensures objects the controller cannot read
+// are counted and skipped: no panic, nothing queued, no request.
+func TestBadInputMalformedObjects(t *testing.T) {
+	for _, raw := range []string{
+		``, `null`, `[]`, `"str"`, `42`, `{}`, `not json`, `{"metadata":null}`, `{"metadata":[]}`, `{"metadata":"x"}`,
+		`{"metadata":{"name":"x"}}`, `{"metadata":{"namespace":"ns"}}`, `{"metadata":{"name":"","namespace":"ns"}}`,
+		`{"metadata":{"name":null,"namespace":null}}`, `{"metadata":{"name":1,"namespace":2}}`[:20],
+	} {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		require.NotPanics(t, func() {
+			c.Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
+			c.Handle(watch.Event{Type: watch.Deleted, Object: []byte(raw)})
+		}, "object %q", raw)
+		assert.Equal(t, uint64(2), m.SkippedObjects.Value(), "object %q", raw)
+		assert.True(t, c.queue.idle(), "object %q", raw)
+		assert.Empty(t, api.requests)
+	}
+}
+
+// TestBadInputRepeatedEvents ensures the same event delivered twice, or a
+// relist repeating what the watch said, restarts the pods once.
+func TestBadInputRepeatedEvents(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // our record
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
+	c.BeginList()
+	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
+	c.EndList()
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3)
+	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+}
+
+var rvField = regexp.MustCompile(`"resourceVersion":"[^"]*"`)
+
+// handleRV delivers s as an event with resourceVersion rv.
+func handleRV(t *testing.T, c *Controller, typ watch.EventType, rv string, s cmSpec) {
+	raw := rvField.ReplaceAllString(string(s.json(t)), `"resourceVersion":"`+rv+`"`)
+	require.Contains(t, raw, `"resourceVersion":"`+rv+`"`)
+	c.Handle(watch.Event{Type: typ, Object: []byte(raw), ResourceVersion: rv})
+}
+
+// TestBadInputOutOfOrderEvent ensures an event older than one already seen
+// (here: the change event, rv 11, replayed after the event of our own record,
+// rv 12) does not start a second round for a change already handled, and
+// that a duplicate of the record event does nothing either. (It failed before
+// the resourceVersion ordering in policy: the replay's older record was
+// taken for a new write and the replacements were deleted.)
+func TestBadInputOutOfOrderEvent(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handleRV(t, c, watch.Synced, "10", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
+	handleRV(t, c, watch.Modified, "11", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	require.Len(t, api.deletedPods(), 3)
+	for _, n := range []string{"webapp-1b", "webapp-2b", "webapp-3b"} { // the ReplicaSet's replacements
+		api.addPod(n, map[string]string{"app": "webapp"})
+	}
+	handleRV(t, c, watch.Modified, "12", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // our record
+	handleRV(t, c, watch.Modified, "11", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}) // replayed, out of order
+	handleRV(t, c, watch.Modified, "12", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // duplicate
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3, "an out-of-order replay of the change event restarted the pods again")
+	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+
+	// A newer change after all that is still acted on.
+	handleRV(t, c, watch.Modified, "13", cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v1})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 6)
+}
+
+// TestBadInputDeletedDuringRound ensures a ConfigMap deleted while its round
+// runs: the round finishes the pods it started with (the change was real and
+// some pods are already gone), the record's 404 is not an error and is not
+// retried, and nothing more happens.
+func TestBadInputDeletedDuringRound(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var c *Controller
+	var once sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		switch {
+		case r.method == http.MethodDelete:
+			once.Do(func() {
+				handle(t, c, watch.Deleted, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			})
+		case r.method == http.MethodPatch:
+			return 404, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, true
+		}
+		return 0, "", false
+	}
+	c, m, logs := loggedController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	time.Sleep(20 * time.Millisecond) // a retry would be queued after 1 ms
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3, "each pod of the round deleted once")
+	assert.Len(t, api.seen(http.MethodPatch, "configmaps"), 1, "the record is tried once, not retried")
+	assert.Zero(t, m.Reconciles.Value(resultError))
+	assert.Contains(t, logs.String(), "configmap gone or replaced before its record was written")
+
+	// Re-created with the same name and other data: a new object, its own change.
+	for _, n := range []string{"webapp-1b", "webapp-2b", "webapp-3b"} {
+		api.addPod(n, map[string]string{"app": "webapp"})
+	}
+	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: map[string]string{"message": "v3"}})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 6)
+}
