@@ -31,6 +31,7 @@ type config struct {
 	EvictTimeout       time.Duration
 	MaxConcurrent      int
 	DryRun             bool
+	Events             bool
 	LeaderElect        bool
 	LeaseName          string
 	LeaseDuration      time.Duration
@@ -134,6 +135,14 @@ var settings = []setting{
 			return errors.New("must be true or false")
 		}
 		c.DryRun = b
+		return nil
+	}},
+	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.Events = b
 		return nil
 	}},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", func(c *config, v string) error {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/policy"
@@ -81,6 +82,11 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		MaxConcurrentRestarts: cfg.MaxConcurrent,
 		DryRun:                cfg.DryRun,
 	}
+	var recorder *events.Recorder
+	if cfg.Events {
+		recorder = events.New(events.Config{Instance: cfg.PodName}, client, log, reg)
+		pcfg.Events = recorder
+	}
 	var elector *leader.Elector
 	if cfg.LeaderElect {
 		elector, err = leader.New(leader.Config{
@@ -122,6 +128,13 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = lw.Run(ctx) })
+	if recorder != nil {
+		// Events go on until run returns, so a round that finishes during
+		// the shutdown grace is still reported (best effort).
+		eventsCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopEvents()
+		go recorder.Run(eventsCtx)
+	}
 	if elector == nil {
 		wg.Go(func() { ctrl.Run(ctx) })
 	} else {

@@ -39,6 +39,10 @@ func TestDataChangeRestartsPods(t *testing.T) {
 	c.Settle(t, ns)
 	assertDeletedOnce(t, ns, adminUser, original)
 	assert.Equal(t, float64(2), c.Metric(t, "config_watcher_pod_deletions_total", "result", "deleted"))
+	eventually(t, waitTimeout, "a PodsRestarted Event on webapp-config", func() (bool, string) {
+		out, err := runKubectl("", "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=ConfigMap,involvedObject.name=webapp-config,reason=PodsRestarted", "-o", "jsonpath={.items[*].message}")
+		return err == nil && strings.Contains(out, "Restarted 2 pod(s) matching app=webapp"), out
+	})
 }
 
 // TestMetadataOnlyEditsRestartNothing ensures that label-only and annotation-only

@@ -11,6 +11,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -174,6 +175,9 @@ func (r *Recorder) send(ctx context.Context, ev event) {
 	defer cancel()
 	if _, err := r.api.Create(ctx, apiclient.CorePath(ev.obj.Namespace, "events", ""), body); err != nil {
 		r.sent.Inc("error")
+		if apiclient.IsForbidden(err) {
+			err = fmt.Errorf("RBAC: recording events needs verb create on events: %w", err)
+		}
 		r.log.Warn("cannot record event", "namespace", ev.obj.Namespace, "object", ev.obj.Kind+"/"+ev.obj.Name, "reason", ev.reason, "err", err)
 		return
 	}

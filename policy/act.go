@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/internal/jsonview"
 	"github.com/k8spatterns/config-watcher/selector"
 )
@@ -80,6 +81,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		// one, and the data change is still pending then.
 		c.metrics.InvalidSelectors.Inc()
 		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
+		c.event(cm, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(cm.selector, 256), err))
 		return resultRefused, nil
 	}
 	log = log.With("selector", sel.String())
@@ -96,15 +98,41 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
 	}
 	if err := c.restartAll(ctx, cm.namespace, r, log); err != nil {
+		c.roundFailed(cm, err)
 		return resultError, err
 	}
 	if err := c.record(ctx, cm); err != nil {
+		c.roundFailed(cm, err)
 		return resultError, err
 	}
 	c.finish(key, cm.hash, r)
 	log.Info("pods restarted", "hash", cm.hash, "pods", len(r.pods))
+	if c.cfg.DryRun {
+		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed).", len(r.pods), sel, shortHash(cm.hash)))
+	} else {
+		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s.", len(r.pods), sel, shortHash(cm.hash)))
+	}
 	return resultRestarted, nil
 }
+
+// event records an Event on cm, if events are on.
+func (c *Controller) event(cm configMap, typ, reason, message string) {
+	if c.cfg.Events == nil {
+		return
+	}
+	c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.namespace, Name: cm.name, UID: cm.uid}, typ, reason, message)
+}
+
+// roundFailed reports a failed round, except a stop for losing leadership.
+func (c *Controller) roundFailed(cm configMap, err error) {
+	if errors.Is(err, errNotLeader) || errors.Is(err, context.Canceled) {
+		return
+	}
+	c.event(cm, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
+}
+
+// shortHash abbreviates a digest for messages.
+func shortHash(h string) string { return truncate(h, len(digestPrefix)+12) }
 
 // finish remembers that the pods now run with hash.
 func (c *Controller) finish(key, hash string, r *round) {

@@ -20,6 +20,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -53,9 +54,16 @@ type Config struct {
 	// DryRun does everything but the restarts: the server validates each
 	// request (dryRun=All) and nothing is deleted, evicted or recorded.
 	DryRun bool
+	// Events, if set, records Kubernetes Events on the ConfigMaps acted for.
+	Events EventRecorder
 	// MayAct, if set, is asked before every write; false stops the round
 	// (a leader whose lease may have lapsed must not delete anything).
 	MayAct func() bool
+}
+
+// EventRecorder records a Kubernetes Event; it must not block.
+type EventRecorder interface {
+	Event(obj events.Object, typ, reason, message string)
 }
 
 // API is the slice of the API client the controller acts through.

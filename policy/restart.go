@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/events"
 )
 
 // Restart strategies (RESTART_STRATEGY).
@@ -164,6 +165,10 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 			if time.Now().Add(delay).After(deadline) {
 				c.metrics.PodEvictions.Inc("stuck")
 				log.Error("pod still not evictable; leaving it", "pod", pod.name, "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
+				if c.cfg.Events != nil {
+					c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
+						fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
+				}
 				return nil
 			}
 			log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))

@@ -3,6 +3,7 @@ package policy
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -97,4 +99,70 @@ func TestDryRun(t *testing.T) {
 	assert.Empty(t, api.seen(http.MethodPatch, "configmaps"), "nothing recorded")
 	assert.Equal(t, uint64(3), m.PodDeletions.Value("dry_run"))
 	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+}
+
+// emittedEvent is an Event the controller asked for.
+type emittedEvent struct{ kind, name, typ, reason, message string }
+
+type fakeRecorder struct {
+	mu     sync.Mutex
+	events []emittedEvent
+}
+
+var _ EventRecorder = (*fakeRecorder)(nil)
+
+func (f *fakeRecorder) Event(obj events.Object, typ, reason, message string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, emittedEvent{obj.Kind, obj.Name, typ, reason, message})
+}
+
+func (f *fakeRecorder) reasons() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events {
+		out = append(out, e.kind+"/"+e.reason)
+	}
+	return out
+}
+
+// TestEventsTellTheStory ensures a round, a refused selector and a failed
+// round each leave an Event on the ConfigMap, and that no Event carries a
+// data value.
+func TestEventsTellTheStory(t *testing.T) {
+	secret := map[string]string{"password": "hunter2-top-secret"}
+	for _, tt := range []struct {
+		name     string
+		selector string
+		fail     bool
+		want     []string
+	}{
+		{"PodsRestarted", "app=webapp", false, []string{"ConfigMap/PodsRestarted"}},
+		{"InvalidSelector", "!app", false, []string{"ConfigMap/InvalidSelector"}},
+		{"RestartFailed", "app=webapp", true, []string{"ConfigMap/RestartFailed"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			if tt.fail {
+				api.fault = func(r request) (int, string, bool) {
+					if r.method == http.MethodDelete {
+						return 500, `{"kind":"Status","code":500,"reason":"InternalError"}`, true
+					}
+					return 0, "", false
+				}
+			}
+			rec := &fakeRecorder{}
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, Events: rec})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr(tt.selector), recorded: hashOf(t, v1), data: secret})
+			require.Eventually(t, func() bool { return len(rec.reasons()) > 0 }, waitFor, time.Millisecond)
+			assert.Equal(t, tt.want, rec.reasons()[:1])
+			for _, e := range rec.events {
+				assert.Equal(t, "webapp-config", e.name)
+				assert.NotContains(t, e.message, "hunter2", "an Event carries a data value")
+			}
+
+		})
+	}
 }
