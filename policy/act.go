@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -86,10 +87,19 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	}
 	log = log.With("selector", sel.String())
 
+	var intentDone chan error
 	if r == nil || r.hash != cm.hash || r.selector != sel.String() {
 		pods, err := c.listPods(ctx, cm.namespace, sel)
 		if err != nil {
 			return resultError, fmt.Errorf("list pods: %w", err)
+		}
+		if cm.intent.hash == cm.hash {
+			// A round for this data began before (we were killed, or lost
+			// the lease): pods not in it were created since, with the new data.
+			pods = slices.DeleteFunc(pods, func(p podRef) bool { return !cm.intent.uids[p.uid] })
+			log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
+		} else {
+			intentDone = c.writeIntent(ctx, cm, pods)
 		}
 		r = &round{hash: cm.hash, selector: sel.String(), pods: pods, done: make([]bool, len(pods))}
 		c.mu.Lock()
@@ -97,7 +107,13 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		c.mu.Unlock()
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
 	}
-	if err := c.restartAll(ctx, cm.namespace, r, log); err != nil {
+	err = c.restartAll(ctx, cm.namespace, r, log)
+	if intentDone != nil {
+		if ierr := <-intentDone; ierr != nil {
+			log.Warn("cannot record the round in progress; a crash now would restart replacement pods again", "err", ierr)
+		}
+	}
+	if err != nil {
 		c.roundFailed(cm, err)
 		return resultError, err
 	}
@@ -187,6 +203,39 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 	}
 }
 
+// writeIntent records the round's pods on the ConfigMap, concurrently with
+// the first deletions so that it costs no reaction time; the round waits for
+// it before it ends. Without RECORD_HASH, in a dry run or for a huge round
+// there is none.
+func (c *Controller) writeIntent(ctx context.Context, cm configMap, pods []podRef) chan error {
+	if !c.cfg.RecordHash || c.cfg.DryRun || len(pods) == 0 || len(pods) > maxIntentPods {
+		return nil
+	}
+	done := make(chan error, 1)
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"uid":         cm.uid,
+			"annotations": map[string]string{RestartingAnnotation: formatIntent(cm.hash, pods)},
+		},
+	})
+	if err != nil {
+		done <- err
+		return done
+	}
+	c.intents.Store(cm.key(), true)
+	go func() {
+		_, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+		done <- err
+	}()
+	return done
+}
+
+// wroteIntent reports (and forgets) that this process wrote an intent for cm.
+func (c *Controller) wroteIntent(cm configMap) bool {
+	_, ok := c.intents.LoadAndDelete(cm.key())
+	return ok
+}
+
 // record writes cm.hash into RestartedForAnnotation. The patch names the
 // uid, so it fails instead of marking a re-created ConfigMap of the same name.
 func (c *Controller) record(ctx context.Context, cm configMap) error {
@@ -196,10 +245,14 @@ func (c *Controller) record(ctx context.Context, cm configMap) error {
 	if !c.mayAct() {
 		return errNotLeader
 	}
+	annotations := map[string]any{RestartedForAnnotation: cm.hash}
+	if cm.intent.hash != "" || c.wroteIntent(cm) {
+		annotations[RestartingAnnotation] = nil // the round is over
+	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
 			"uid":         cm.uid,
-			"annotations": map[string]string{RestartedForAnnotation: cm.hash},
+			"annotations": annotations,
 		},
 	})
 	if err != nil {

@@ -23,6 +23,8 @@ type configMap struct {
 	hasSelector bool
 	// recorded is the restarted-for annotation, "" when absent or unusable.
 	recorded string
+	// intent is the restarting annotation: the round in progress, if any.
+	intent intent
 	// hash is the digest of data + binaryData, see dataHash.
 	hash string
 	// version is metadata.resourceVersion as a number, 0 if it is not one.
@@ -57,6 +59,8 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 			if isDigest(v.String()) {
 				cm.recorded = strings.Clone(v.String())
 			}
+		case RestartingAnnotation:
+			cm.intent = parseIntent(v.String())
 		}
 		return true
 	})
@@ -69,6 +73,51 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 // controller adopted). It is what makes restarts exactly-once across
 // controller restarts and lost watch history.
 const RestartedForAnnotation = "config-watcher.k8spatterns.io/restarted-for"
+
+// RestartingAnnotation is written as a round begins: the digest it restarts
+// for and the uids of the pods that existed then. A controller killed in
+// the middle of the round resumes it from there and leaves alone the pods
+// created since, which already run the new data. It is removed when the
+// round's record is written.
+const RestartingAnnotation = "config-watcher.k8spatterns.io/restarting"
+
+// maxIntentPods bounds the intent's size (a uid is 36 bytes; annotations
+// may total 256 KiB). A larger round goes without one.
+const maxIntentPods = 2000
+
+// intent is a round in progress, as recorded on the ConfigMap.
+type intent struct {
+	hash string
+	uids map[string]bool
+}
+
+// formatIntent renders "sha256:…/uid,uid,…".
+func formatIntent(hash string, pods []podRef) string {
+	var b strings.Builder
+	b.WriteString(hash)
+	b.WriteByte('/')
+	for i, p := range pods {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(p.uid)
+	}
+	return b.String()
+}
+
+func parseIntent(v string) intent {
+	hash, list, ok := strings.Cut(v, "/")
+	if !ok || !isDigest(hash) {
+		return intent{}
+	}
+	in := intent{hash: strings.Clone(hash), uids: map[string]bool{}}
+	for _, uid := range strings.Split(list, ",") {
+		if uid != "" {
+			in.uids[strings.Clone(uid)] = true
+		}
+	}
+	return in
+}
 
 const digestPrefix = "sha256:"
 

@@ -110,6 +110,9 @@ type Controller struct {
 
 	retryMu sync.Mutex
 	retries map[string]backoff.BackOff
+
+	// intents holds the keys this process wrote a RestartingAnnotation for.
+	intents sync.Map
 }
 
 var _ watch.Handler = (*Controller)(nil)

@@ -73,7 +73,8 @@ func TestDataChangeDeletesEachPodOnce(t *testing.T) {
 	assert.Equal(t, uint64(3), m.PodDeletions.Value("deleted"))
 
 	var patch map[string]map[string]any
-	require.NoError(t, json.Unmarshal([]byte(api.seen(http.MethodPatch, "configmaps")[0].body), &patch))
+	patches := api.seen(http.MethodPatch, "configmaps")
+	require.NoError(t, json.Unmarshal([]byte(patches[len(patches)-1].body), &patch))
 	assert.Equal(t, "cm-uid-1", patch["metadata"]["uid"], "the record is guarded by the ConfigMap's uid")
 }
 

@@ -225,17 +225,43 @@ func (f *fakeAPI) deletedPods() []string {
 	return names
 }
 
-// recordedHashes lists the restarted-for values patched, in order.
-func (f *fakeAPI) recordedHashes() []string {
-	var out []string
+// patchedAnnotations decodes the annotations of each ConfigMap patch, in order.
+func (f *fakeAPI) patchedAnnotations() []map[string]*string {
+	var out []map[string]*string
 	for _, r := range f.seen(http.MethodPatch, "configmaps") {
 		var p struct {
 			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
+				Annotations map[string]*string `json:"annotations"`
 			} `json:"metadata"`
 		}
 		require.NoError(f.t, json.Unmarshal([]byte(r.body), &p))
-		out = append(out, p.Metadata.Annotations[RestartedForAnnotation])
+		out = append(out, p.Metadata.Annotations)
+	}
+	return out
+}
+
+// recordedHashes lists the restarted-for values patched, in order.
+func (f *fakeAPI) recordedHashes() []string {
+	var out []string
+	for _, a := range f.patchedAnnotations() {
+		if v := a[RestartedForAnnotation]; v != nil {
+			out = append(out, *v)
+		}
+	}
+	return out
+}
+
+// intents lists the restarting values patched, in order ("" for a removal).
+func (f *fakeAPI) intents() []string {
+	var out []string
+	for _, a := range f.patchedAnnotations() {
+		if v, ok := a[RestartingAnnotation]; ok {
+			if v == nil {
+				out = append(out, "")
+			} else {
+				out = append(out, *v)
+			}
+		}
 	}
 	return out
 }
@@ -250,6 +276,7 @@ type cmSpec struct {
 	labels      map[string]string
 	annotations map[string]string
 	rv          string // resourceVersion; "" for the next one in sequence
+	intent      string // restarting annotation, "" for none
 }
 
 // lastRV numbers test events in the order they are made.
@@ -267,6 +294,9 @@ func (s cmSpec) json(t *testing.T) []byte {
 	}
 	if s.recorded != "" {
 		ann[RestartedForAnnotation] = s.recorded
+	}
+	if s.intent != "" {
+		ann[RestartingAnnotation] = s.intent
 	}
 	uid := s.uid
 	if uid == "" {

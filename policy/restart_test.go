@@ -166,3 +166,39 @@ func TestEventsTellTheStory(t *testing.T) {
 		})
 	}
 }
+
+// TestInterruptedRoundResumes ensures a round records the pods it began
+// with, and a controller that finds such a record for the current data (it
+// was killed mid-round) restarts only those pods, not the replacements
+// created since, and clears the record when the round is done.
+func TestInterruptedRoundResumes(t *testing.T) {
+	t.Run("RoundRecordsItsPodsAndClearsThem", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		require.Len(t, api.intents(), 2)
+		assert.Equal(t, hashOf(t, v2)+"/uid-1,uid-2,uid-3", api.intents()[0])
+		assert.Equal(t, "", api.intents()[1], "the record of the round is removed with the final record")
+	})
+	t.Run("ResumeSkipsReplacements", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...) // webapp-2 stands for a replacement: not in the record
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2,
+			intent: hashOf(t, v2) + "/uid-1,uid-3,uid-gone"})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		assert.ElementsMatch(t, []string{"webapp-1", "webapp-3"}, api.deletedPods())
+		assert.Equal(t, []string{""}, api.intents(), "no new record of the round; the old one is cleared")
+	})
+	t.Run("RecordForOtherDataIsIgnored", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2,
+			intent: hashOf(t, v1) + "/uid-1"})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		assert.Len(t, api.deletedPods(), 3, "a record of an older round says nothing about this one")
+	})
+}
