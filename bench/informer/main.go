@@ -1,0 +1,123 @@
+// Command informer-controller is the benchmark's client-go baseline: the obvious
+// controller anyone would write with client-go for the same job as config-watcher.
+// A shared informer caches the ConfigMaps of one namespace; UpdateFunc compares
+// data and binaryData and, when they changed and the ConfigMap carries the selector
+// annotation, lists the matching pods through the clientset and deletes each one.
+//
+// It is deliberately plain (no workqueue, no exactly-once record, no UID
+// precondition): what a competent first version looks like. It talks to the API
+// server through the same kubectl proxy as config-watcher (rest.Config{Host: API_URL}).
+//
+// Settings (environment): WATCH_NAMESPACE (default), API_URL (http://localhost:8001),
+// SELECTOR_ANNOTATION (k8spatterns.io/podDeleteSelector), HTTP_ADDR (:8080; serves
+// /readyz: 200 once the informer has synced, so start time is measured as for
+// config-watcher).
+package main
+
+import (
+	"context"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"reflect"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	ns := env("WATCH_NAMESPACE", "default")
+	apiURL := env("API_URL", "http://localhost:8001")
+	annotation := env("SELECTOR_ANNOTATION", "k8spatterns.io/podDeleteSelector")
+	httpAddr := env("HTTP_ADDR", ":8080")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// client-go's defaults (QPS 5, burst 10) would throttle the burst test to
+	// 5 requests/s; an operator would raise them, so do we.
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: apiURL, QPS: 100, Burst: 200})
+	if err != nil {
+		log.Fatalf("clientset: %v", err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			oldCM, ok1 := oldObj.(*corev1.ConfigMap)
+			newCM, ok2 := newObj.(*corev1.ConfigMap)
+			if !ok1 || !ok2 {
+				return
+			}
+			sel, ok := newCM.Annotations[annotation]
+			if !ok || sel == "" {
+				return
+			}
+			if reflect.DeepEqual(oldCM.Data, newCM.Data) && reflect.DeepEqual(oldCM.BinaryData, newCM.BinaryData) {
+				return
+			}
+			restart(ctx, cs, ns, newCM.Name, sel)
+		},
+	})
+	if err != nil {
+		log.Fatalf("add handler: %v", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !inf.HasSynced() {
+			http.Error(w, "not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	srv := &http.Server{Addr: httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			log.Fatalf("http: %v", err)
+		}
+	}()
+
+	log.Printf("starting: namespace %s, api %s", ns, apiURL)
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	log.Printf("synced")
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	factory.Shutdown()
+}
+
+// restart deletes the pods selector matches. Called from the informer's handler
+// goroutine, so events are handled one at a time, in order.
+func restart(ctx context.Context, cs kubernetes.Interface, ns, cm, selector string) {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		log.Printf("configmap %s: list pods %q: %v", cm, selector, err)
+		return
+	}
+	for _, p := range pods.Items {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			log.Printf("configmap %s: delete pod %s: %v", cm, p.Name, err)
+			continue
+		}
+		log.Printf("configmap %s: deleted pod %s", cm, p.Name)
+	}
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The side-by-side measurement of issue 6 (`make bench`): config-watcher against the
+# book's curl+jq script (bench/shell/) and a client-go informer controller
+# (bench/informer/), on a fresh local control plane of its own (hack/cluster.sh, in a
+# new state dir, stopped at the end), all through the same kubectl proxy.
+# A scripted measurement, not a test: it prints progress and a table, and writes
+# the raw results and a chart to bench/results/ (or $BENCH_RESULTS).
+#
+#   latency  each controller alone, in its own namespace: BENCH_CHANGES data changes
+#            (default 40), one at a time; PATCH completed -> first pod DELETE received,
+#            both from the apiserver audit log (µs)
+#   idle     the three, still running, over BENCH_IDLE_SECONDS (60) without changes:
+#            utime+stime of the controller's whole session (/proc/PID/stat); RSS then
+#   burst    BENCH_BURST (500) annotated ConfigMaps, each selecting its own pod,
+#            changed at once; every pod deleted exactly once? time to the last DELETE
+#   memory   5,000 then 20,000 ConfigMaps of 1 KiB (half annotated) in one namespace:
+#   + start  exec -> /readyz 200, then RSS (VmRSS, VmHWM) once the process is quiet.
+#            Not for the script: it has no readiness, and replaying 20,000 ADDED events
+#            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
+#   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
+#
+# About 10 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+set -euo pipefail
+
+bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$bench_dir")"
+# shellcheck source=hack/lib.sh disable=SC1091
+source "$repo/hack/lib.sh"
+
+RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
+CHANGES="${BENCH_CHANGES:-40}"
+BURST="${BENCH_BURST:-500}"
+IDLE_SECONDS="${BENCH_IDLE_SECONDS:-60}"
+MEM_SMALL="${BENCH_MEM_SMALL:-5000}"
+MEM_LARGE="${BENCH_MEM_LARGE:-20000}"
+CONTROLLERS=(config-watcher informer shell)
+
+for tool in curl jq python3; do
+	command -v "$tool" >/dev/null || cw_die "$tool not found (apt-get install $tool)"
+done
+
+step() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+bench_start=$SECONDS
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench.XXXXXX")
+export CW_STATE_DIR
+CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-cluster.XXXXXX")
+declare -A PID=()
+
+# stop NAME: SIGTERM to the controller's session (it leads its own process group:
+# the script's curl and jq go with it), SIGKILL after 10 s. Only what we started.
+stop() {
+	local name=$1 pid=${PID[$1]:-} i
+	[[ -n $pid ]] || return 0
+	kill -TERM -- "-$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL -- "-$pid" 2>/dev/null || true
+	unset "PID[$name]"
+}
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	local rc=$? c
+	for c in "${!PID[@]}"; do stop "$c"; done
+	"$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+	if ((rc != 0)); then
+		cw_log "bench failed (exit $rc); controller logs kept in $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start NAME NS [START_METRIC]: runs controller NAME watching NS through the proxy.
+# With START_METRIC (and a readiness endpoint), records exec -> /readyz 200.
+start() {
+	local name=$1 ns=$2 metric=${3:-} port ready=() cmd
+	port=$(free_port)
+	case $name in
+	config-watcher) cmd=("$work/config-watcher") ;;
+	informer) cmd=("$work/informer") ;;
+	shell) cmd=(bash "$bench_dir/shell/config-watcher-controller.sh") ;;
+	esac
+	[[ $name == shell ]] || ready=(-ready "http://127.0.0.1:$port/readyz")
+	[[ -z $metric ]] || ready+=(-results "$RESULTS" -metric "$metric")
+	env WATCH_NAMESPACE="$ns" API_URL="$CW_PROXY_URL" HTTP_ADDR="127.0.0.1:$port" \
+		"$work/benchtool" spawn -controller "$name" -log "$work/$name-$ns.log" -pidfile "$work/$name.pid" \
+		"${ready[@]}" -- "${cmd[@]}"
+	PID[$name]=$(<"$work/$name.pid")
+	# The script has no readiness signal: give its watch time to open.
+	[[ $name != shell ]] || sleep 2
+}
+
+bt() { "$work/benchtool" "$@"; }
+
+mkdir -p "$RESULTS"
+rm -f "$RESULTS/latency.csv" "$RESULTS/metrics.csv" "$RESULTS/metrics.csv.tmp" "$RESULTS/summary.md" "$RESULTS/latency.png"
+
+step "machine"
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "nproc: $(nproc)"
+	echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+	echo "kernel: $(uname -sr)"
+	echo "go: $(go version)"
+	echo "memory: $(sed -n 's/^MemTotal:[[:space:]]*//p' /proc/meminfo)"
+	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet -- ':!bench' ':!BENCHMARKS.md' ':!Makefile' 2>/dev/null || echo ' (product code modified)')"
+} | tee "$RESULTS/machine.txt"
+
+step "building the three controllers (stripped static binaries) and bench/tool"
+(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher" .)
+(cd "$bench_dir/informer" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/informer" .)
+(cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
+for c in config-watcher informer; do
+	size=$(stat -c %s "$work/$c")
+	printf '  %s: %d bytes\n' "$c" "$size"
+	mb=$(awk -v s="$size" 'BEGIN { printf "%.3f", s / 1e6 }')
+	echo "$c,size,$mb,MB" >>"$RESULTS/metrics.csv.tmp"
+done
+
+step "starting a fresh control plane (state dir $CW_STATE_DIR)"
+"$repo/hack/cluster.sh" up
+eval "$("$repo/hack/cluster.sh" env)"
+echo "apiserver: $(curl -fsS "$CW_PROXY_URL/version" | jq -r .gitVersion), kubectl proxy $CW_PROXY_URL" | tee -a "$RESULTS/machine.txt"
+
+step "reaction latency: $CHANGES data changes per controller, one controller at a time"
+for c in "${CONTROLLERS[@]}"; do
+	ns="bench-lat-$c"
+	bt ns -api "$CW_PROXY_URL" -ns "$ns"
+	bt latency -setup -api "$CW_PROXY_URL" -ns "$ns"
+	start "$c" "$ns"
+	sleep 2 # config-watcher adopts the ConfigMap (records its digest) first
+	echo "  $c: measuring in namespace $ns"
+	bt latency -api "$CW_PROXY_URL" -ns "$ns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$c" -results "$RESULTS"
+done
+
+step "idle: CPU used by the three over ${IDLE_SECONDS}s with no change (all three still running)"
+bt idle -seconds "$IDLE_SECONDS" -results "$RESULTS" \
+	-pids "config-watcher=${PID[config-watcher]},informer=${PID[informer]},shell=${PID[shell]}"
+for c in "${CONTROLLERS[@]}"; do
+	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric idle
+	stop "$c"
+done
+
+step "burst: $BURST annotated ConfigMaps, each selecting its own pod, changed at once"
+for c in "${CONTROLLERS[@]}"; do
+	ns="bench-burst-$c"
+	bt ns -api "$CW_PROXY_URL" -ns "$ns"
+	bt burst -setup -api "$CW_PROXY_URL" -ns "$ns" -n "$BURST"
+	start "$c" "$ns"
+	bt quiesce -pid "${PID[$c]}" # initial sync done (config-watcher: $BURST adoptions recorded)
+	bt burst -api "$CW_PROXY_URL" -ns "$ns" -audit "$CW_AUDIT_LOG" -n "$BURST" -controller "$c" -results "$RESULTS"
+	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric burst
+	stop "$c"
+done
+
+step "memory and start: $MEM_SMALL ConfigMaps of 1 KiB, half annotated"
+ns=bench-mem
+bt ns -api "$CW_PROXY_URL" -ns "$ns"
+bt create -api "$CW_PROXY_URL" -ns "$ns" -n "$MEM_SMALL"
+for c in config-watcher informer; do
+	start "$c" "$ns" start5k
+	bt quiesce -pid "${PID[$c]}"
+	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric rss5k
+	stop "$c"
+done
+
+step "memory and start: $MEM_LARGE ConfigMaps"
+bt create -api "$CW_PROXY_URL" -ns "$ns" -from "$MEM_SMALL" -n $((MEM_LARGE - MEM_SMALL))
+for c in config-watcher informer; do
+	start "$c" "$ns" start20k
+	bt quiesce -pid "${PID[$c]}"
+	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric rss20k
+	stop "$c"
+done
+
+# metrics.csv got its header from the first benchtool row; the sizes go last.
+cat "$RESULTS/metrics.csv.tmp" >>"$RESULTS/metrics.csv"
+rm -f "$RESULTS/metrics.csv.tmp"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
+
+step "results ($RESULTS)"
+bt chart -in "$RESULTS/latency.csv" -out "$RESULTS/latency.png"
+bt summary -dir "$RESULTS" | tee "$RESULTS/summary.md"
+cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png"

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const userAgent = "cw-bench"
+
+var httpClient = &http.Client{
+	Timeout:   60 * time.Second,
+	Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64},
+}
+
+type api struct{ base string }
+
+// do sends one request and returns the status and body.
+func (a api) do(method, path string, body any, contentType string) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, strings.TrimRight(a.base, "/")+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// must sends a request and fails unless the status is one of ok.
+func (a api) must(method, path string, body any, contentType string, ok ...int) ([]byte, error) {
+	code, b, err := a.do(method, path, body, contentType)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for _, c := range ok {
+		if code == c {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%s %s: %d %s", method, path, code, truncate(string(b), 300))
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func nsPath(ns, resource, name string) string {
+	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/" + resource
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines; the first error wins.
+func parallel(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func configMap(name string, annotations map[string]string, data map[string]string) map[string]any {
+	return map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "annotations": annotations},
+		"data":     data,
+	}
+}
+
+func pod(name string, labels map[string]string) map[string]any {
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "labels": labels},
+		"spec": map[string]any{"containers": []any{map[string]any{
+			"name": "app", "image": "k8spatterns/mini-http-server",
+		}}},
+	}
+}
+
+func cmdNamespace(args []string) error {
+	fs := flag.NewFlagSet("ns", flag.ExitOnError)
+	base := fs.String("api", "", "API URL (kubectl proxy)")
+	ns := fs.String("ns", "", "namespace")
+	_ = fs.Parse(args)
+	a := api{*base}
+	if _, err := a.must("POST", "/api/v1/namespaces", map[string]any{"metadata": map[string]any{"name": *ns}}, "application/json", 201, 409); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, _, err := a.do("GET", nsPath(*ns, "serviceaccounts", "default"), nil, ""); err == nil && code == 200 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("no default ServiceAccount in %s after 60s", *ns)
+}
+
+// cmdCreate creates ConfigMaps cm-FROM … cm-(FROM+N-1) with one key of -size
+// bytes; every second one is annotated with a selector that matches no pod.
+func cmdCreate(args []string) error {
+	fs := flag.NewFlagSet("create", flag.ExitOnError)
+	base := fs.String("api", "", "API URL (kubectl proxy)")
+	ns := fs.String("ns", "", "namespace")
+	n := fs.Int("n", 1000, "how many")
+	from := fs.Int("from", 0, "first index")
+	size := fs.Int("size", 1024, "bytes of data per ConfigMap")
+	workers := fs.Int("workers", 8, "concurrent requests")
+	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
+	_ = fs.Parse(args)
+	a := api{*base}
+	value := strings.Repeat("key = some configuration value\n", *size/31+1)[:*size]
+	start := time.Now()
+	err := parallel(*n, *workers, func(i int) error {
+		idx := *from + i
+		name := fmt.Sprintf("cm-%05d", idx)
+		var ann map[string]string
+		if idx%2 == 0 {
+			ann = map[string]string{*annotation: "bench-mem=" + name}
+		}
+		_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(name, ann, map[string]string{"config": value}), "application/json", 201, 409)
+		return err
+	})
+	el := time.Since(start)
+	fmt.Printf("created %d ConfigMaps of %d B in %s (%.0f/s)\n", *n, *size, el.Round(time.Millisecond), float64(*n)/el.Seconds())
+	return err
+}
+
+func cmdPods(args []string) error {
+	fs := flag.NewFlagSet("pods", flag.ExitOnError)
+	base := fs.String("api", "", "API URL (kubectl proxy)")
+	ns := fs.String("ns", "", "namespace")
+	n := fs.Int("n", 1, "how many")
+	prefix := fs.String("prefix", "p", "name prefix; pod P-i is labelled bench-pod=P-i")
+	workers := fs.Int("workers", 8, "concurrent requests")
+	_ = fs.Parse(args)
+	a := api{*base}
+	return parallel(*n, *workers, func(i int) error {
+		name := fmt.Sprintf("%s-%d", *prefix, i)
+		_, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, map[string]string{"bench-pod": name}), "application/json", 201)
+		return err
+	})
+}

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// auditEvent is the part of an audit.k8s.io/v1 Event used here.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	Received time.Time `json:"requestReceivedTimestamp"`
+	Done     time.Time `json:"stageTimestamp"`
+}
+
+func (e auditEvent) ok() bool { return e.ResponseStatus != nil && e.ResponseStatus.Code/100 == 2 }
+
+// readAudit returns the completed requests on resource in ns, in log order.
+func readAudit(path, ns, resource string) ([]auditEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []auditEvent
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' && strings.Contains(string(line), `"namespace":"`+ns+`"`) {
+			var e auditEvent
+			if jerr := json.Unmarshal(line, &e); jerr != nil {
+				return nil, fmt.Errorf("audit line: %w", jerr)
+			}
+			if e.Stage == "ResponseComplete" && e.ObjectRef != nil && e.ObjectRef.Namespace == ns &&
+				e.ObjectRef.Resource == resource && e.ObjectRef.Subresource == "" {
+				out = append(out, e)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func appendFile(path, header, line string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if statErr != nil {
+		if _, err := f.WriteString(header + "\n"); err != nil {
+			return err
+		}
+	}
+	_, err = f.WriteString(line + "\n")
+	return err
+}
+
+// addMetric appends one row to DIR/metrics.csv.
+func addMetric(dir, controller, metric string, value float64, unit string) error {
+	return appendFile(filepath.Join(dir, "metrics.csv"), "controller,metric,value,unit",
+		fmt.Sprintf("%s,%s,%g,%s", controller, metric, value, unit))
+}
+
+// waitGone polls until GET path answers 404.
+func waitGone(a api, path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		code, _, err := a.do("GET", path, nil, "")
+		if err == nil && code == 404 {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("%s still there after %s", path, timeout)
+}
+
+// cmdLatency measures reaction latency. With -setup it only creates the
+// annotated ConfigMap (before the controller starts, so config-watcher adopts
+// it). Otherwise, N times: create a pod the ConfigMap selects, wait, change the
+// ConfigMap's data, wait until the pod is gone, let the controller finish. Then
+// it pairs, from the audit log, each of our PATCHes (completed: stageTimestamp)
+// with the first pod DELETE not made by us received after it.
+func cmdLatency(args []string) error {
+	fs := flag.NewFlagSet("latency", flag.ExitOnError)
+	base := fs.String("api", "", "API URL (kubectl proxy)")
+	ns := fs.String("ns", "", "namespace")
+	audit := fs.String("audit", "", "audit log")
+	n := fs.Int("n", 30, "changes")
+	controller := fs.String("controller", "", "name in the results")
+	results := fs.String("results", "", "results dir")
+	setup := fs.Bool("setup", false, "only create the ConfigMap")
+	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
+	_ = fs.Parse(args)
+	a := api{*base}
+	const cm = "webapp-config"
+	if *setup {
+		_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(cm,
+			map[string]string{*annotation: "app=webapp"}, map[string]string{"message": "hello"}), "application/json", 201)
+		return err
+	}
+	for i := 0; i < *n; i++ {
+		name := fmt.Sprintf("webapp-%d", i)
+		if _, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, map[string]string{"app": "webapp"}), "application/json", 201); err != nil {
+			return err
+		}
+		// The pod is older than the change, as a Deployment's pod would be.
+		time.Sleep(200 * time.Millisecond)
+		patch := map[string]any{"data": map[string]string{"message": fmt.Sprintf("hello %d %d", i, time.Now().UnixNano())}}
+		if _, err := a.must("PATCH", nsPath(*ns, "configmaps", cm), patch, "application/merge-patch+json", 200); err != nil {
+			return err
+		}
+		if err := waitGone(a, nsPath(*ns, "pods", name), 30*time.Second); err != nil {
+			return fmt.Errorf("change %d: %w", i, err)
+		}
+		// Let the controller finish its round (config-watcher records the
+		// digest after the deletions) before the next change.
+		time.Sleep(300 * time.Millisecond)
+		if (i+1)%10 == 0 {
+			fmt.Printf("  %s: %d/%d changes\n", *controller, i+1, *n)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the audit log is written asynchronously
+	patches, err := readAudit(*audit, *ns, "configmaps")
+	if err != nil {
+		return err
+	}
+	deletes, err := readAudit(*audit, *ns, "pods")
+	if err != nil {
+		return err
+	}
+	var ours []auditEvent
+	for _, e := range patches {
+		if e.Verb == "patch" && e.UserAgent == userAgent && e.ObjectRef.Name == cm && e.ok() {
+			ours = append(ours, e)
+		}
+	}
+	var theirs []auditEvent
+	for _, e := range deletes {
+		if e.Verb == "delete" && e.UserAgent != userAgent {
+			theirs = append(theirs, e)
+		}
+	}
+	slices.SortFunc(theirs, func(x, y auditEvent) int { return x.Received.Compare(y.Received) })
+	if len(ours) != *n {
+		return fmt.Errorf("found %d of our %d PATCHes in the audit log", len(ours), *n)
+	}
+	var lat []float64
+	for i, p := range ours {
+		j := slices.IndexFunc(theirs, func(d auditEvent) bool { return !d.Received.Before(p.Done) })
+		if j < 0 {
+			return fmt.Errorf("change %d: no pod DELETE after the PATCH in the audit log", i)
+		}
+		us := float64(theirs[j].Received.Sub(p.Done).Microseconds())
+		lat = append(lat, us)
+		if err := appendFile(filepath.Join(*results, "latency.csv"), "controller,change,latency_us",
+			fmt.Sprintf("%s,%d,%g", *controller, i, us)); err != nil {
+			return err
+		}
+	}
+	s := stats(lat)
+	fmt.Printf("  %s: reaction latency over %d changes: p50 %.1f ms, p90 %.1f ms, max %.1f ms\n",
+		*controller, len(lat), s.p50/1000, s.p90/1000, s.max/1000)
+	return nil
+}
+
+// cmdBurst: -setup creates N annotated ConfigMaps burst-i, each selecting its
+// own pod burst-i. Otherwise it changes all N at once (-workers concurrent
+// PATCHes), waits until every pod is gone, and checks in the audit log that each
+// pod was deleted exactly once, and when the last deletion came.
+func cmdBurst(args []string) error {
+	fs := flag.NewFlagSet("burst", flag.ExitOnError)
+	base := fs.String("api", "", "API URL (kubectl proxy)")
+	ns := fs.String("ns", "", "namespace")
+	audit := fs.String("audit", "", "audit log")
+	n := fs.Int("n", 500, "ConfigMaps")
+	workers := fs.Int("workers", 16, "concurrent PATCHes")
+	controller := fs.String("controller", "", "name in the results")
+	results := fs.String("results", "", "results dir")
+	setup := fs.Bool("setup", false, "only create the ConfigMaps and pods")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after")
+	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
+	_ = fs.Parse(args)
+	a := api{*base}
+	name := func(i int) string { return fmt.Sprintf("burst-%d", i) }
+	if *setup {
+		return parallel(*n, 8, func(i int) error {
+			if _, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name(i), map[string]string{"bench-pod": name(i)}), "application/json", 201); err != nil {
+				return err
+			}
+			_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(name(i),
+				map[string]string{*annotation: "bench-pod=" + name(i)}, map[string]string{"message": "hello"}), "application/json", 201)
+			return err
+		})
+	}
+	start := time.Now()
+	if err := parallel(*n, *workers, func(i int) error {
+		_, err := a.must("PATCH", nsPath(*ns, "configmaps", name(i)),
+			map[string]any{"data": map[string]string{"message": "changed"}}, "application/merge-patch+json", 200)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("  %s: %d ConfigMaps changed in %s\n", *controller, *n, time.Since(start).Round(time.Millisecond))
+	deadline := start.Add(*timeout)
+	left := -1
+	for time.Now().Before(deadline) {
+		b, err := a.must("GET", nsPath(*ns, "pods", "")+"?labelSelector=bench-pod", nil, "", 200)
+		if err != nil {
+			return err
+		}
+		var l struct{ Items []json.RawMessage }
+		if err := json.Unmarshal(b, &l); err != nil {
+			return err
+		}
+		if len(l.Items) != left {
+			left = len(l.Items)
+			fmt.Printf("  %s: %d pods left after %s\n", *controller, left, time.Since(start).Round(100*time.Millisecond))
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // late duplicates, and the asynchronous audit log
+	patches, err := readAudit(*audit, *ns, "configmaps")
+	if err != nil {
+		return err
+	}
+	deletes, err := readAudit(*audit, *ns, "pods")
+	if err != nil {
+		return err
+	}
+	var firstPatch, lastPatch, lastDelete time.Time
+	patchDone := map[string]time.Time{}
+	for _, e := range patches {
+		if e.Verb != "patch" || e.UserAgent != userAgent || !e.ok() {
+			continue
+		}
+		if firstPatch.IsZero() || e.Received.Before(firstPatch) {
+			firstPatch = e.Received
+		}
+		if e.Done.After(lastPatch) {
+			lastPatch = e.Done
+		}
+		patchDone[e.ObjectRef.Name] = e.Done
+	}
+	okDeletes := map[string]int{}
+	failed := 0
+	var perCM []float64
+	for _, e := range deletes {
+		if e.Verb != "delete" || e.UserAgent == userAgent {
+			continue
+		}
+		if !e.ok() {
+			failed++
+			continue
+		}
+		okDeletes[e.ObjectRef.Name]++
+		if okDeletes[e.ObjectRef.Name] == 1 {
+			if t, ok := patchDone[e.ObjectRef.Name]; ok {
+				perCM = append(perCM, float64(e.Received.Sub(t).Microseconds()))
+			}
+		}
+		if e.Received.After(lastDelete) {
+			lastDelete = e.Received
+		}
+	}
+	once, twice, missing := 0, 0, 0
+	for i := 0; i < *n; i++ {
+		switch c := okDeletes[name(i)]; {
+		case c == 1:
+			once++
+		case c > 1:
+			twice++
+		default:
+			missing++
+		}
+	}
+	total := lastDelete.Sub(firstPatch)
+	s := stats(perCM)
+	fmt.Printf("  %s: burst of %d: %d pods deleted exactly once, %d more than once, %d never, %d failed DELETEs; "+
+		"last deletion %.2f s after the first PATCH (PATCHes took %.2f s); per ConfigMap p50 %.0f ms, max %.0f ms\n",
+		*controller, *n, once, twice, missing, failed, total.Seconds(), lastPatch.Sub(firstPatch).Seconds(), s.p50/1000, s.max/1000)
+	for _, m := range []struct {
+		k    string
+		v    float64
+		unit string
+	}{
+		{"burst_once", float64(once), "pods"}, {"burst_dup", float64(twice), "pods"}, {"burst_missing", float64(missing), "pods"},
+		{"burst_failed_deletes", float64(failed), "requests"},
+		{"burst_last_delete", total.Seconds(), "s"}, {"burst_patch_span", lastPatch.Sub(firstPatch).Seconds(), "s"},
+		{"burst_per_cm_p50", s.p50 / 1000, "ms"}, {"burst_per_cm_max", s.max / 1000, "ms"},
+	} {
+		if err := addMetric(*results, *controller, m.k, m.v, m.unit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
