@@ -3,9 +3,13 @@
 package e2e
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestLeaderElection ensures two replicas with LEADER_ELECT=true act as one:
@@ -38,7 +42,7 @@ func TestLeaderElection(t *testing.T) {
 	a.Settle(t, ns)
 	assertDeletedOnce(t, ns, adminUser, original)
 
-	a.kill(t)
+	a.Kill(t)
 	mergePatch(t, ns, "webapp-config", `{"data":{"message":"changed after the leader died"}}`)
 	b.WaitMetric(t, 1, "config_watcher_leader")
 	waitDeleted(t, ns, adminUser, replaced)
@@ -48,11 +52,69 @@ func TestLeaderElection(t *testing.T) {
 	assertDeletedOnce(t, ns, adminUser, append(original, replaced...))
 }
 
-// kill ends the controller with SIGKILL, as a crash would: no shutdown, no
-// Lease release.
-func (c *controllerProc) kill(t *testing.T) {
-	t.Helper()
-	c.stopped = true
-	_ = c.cmd.Process.Kill()
-	<-c.done
+// TestLeaderFailoverDuringBurst ensures that when the leader dies in the
+// middle of a burst of changes, the standby finishes the work: every pod of
+// every changed ConfigMap is deleted exactly once, none twice, none missed.
+func TestLeaderFailoverDuringBurst(t *testing.T) {
+	const n, passed = 10, 3
+	ns := newNamespace(t)
+	var manifests []string
+	for i := range n {
+		manifests = append(manifests, fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cm-%d
+  annotations:
+    %s: "app=pod-%d"
+data:
+  message: "one"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pod-%d
+  labels:
+    app: pod-%d
+spec:
+  containers:
+  - name: main
+    image: k8spatterns/mini-http-server`, i, selectorAnnotation, i, i, i))
+	}
+	apply(t, ns, strings.Join(manifests, "\n---\n"))
+	var pods []pod
+	for i := range n {
+		pods = append(pods, waitPods(t, ns, fmt.Sprintf("app=pod-%d", i), 1)...)
+	}
+	replica := func(name, apiURL string) controllerOpts {
+		return controllerOpts{namespace: ns, apiURL: apiURL, extraEnv: []string{
+			"LEADER_ELECT=true", "POD_NAME=" + name, "LEASE_NAME=e2e-burst",
+			"LEASE_DURATION=3s", "RENEW_DEADLINE=2s", "RETRY_PERIOD=500ms",
+		}}
+	}
+	fp := startFaultProxy(t, env.proxyURL)
+	a := startController(t, replica("replica-a", fp.url))
+	a.WaitReady(t)
+	a.WaitMetric(t, 1, "config_watcher_leader")
+	b := startController(t, replica("replica-b", ""))
+	b.WaitReady(t)
+	adopted := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("cm-%d", i)
+		adopted[name] = waitRestartedFor(t, ns, name, "")
+	}
+
+	fp.SetRules(t, fmt.Sprintf(`[{"name":"hold","method":"DELETE","after":%d,"delay":"120s"}]`, passed))
+	for i := range n {
+		mergePatch(t, ns, fmt.Sprintf("cm-%d", i), `{"data":{"message":"two"}}`)
+	}
+	require.Eventually(t, func() bool { return fp.Fired(t)["hold"] > 0 }, waitTimeout, 50*time.Millisecond, "the leader's burst never reached the held DELETEs")
+	a.Kill(t)
+
+	b.WaitMetric(t, 1, "config_watcher_leader")
+	waitDeleted(t, ns, adminUser, pods)
+	for name, was := range adopted {
+		waitRestartedFor(t, ns, name, was)
+	}
+	b.Settle(t, ns)
+	assertDeletedOnce(t, ns, adminUser, pods)
 }
