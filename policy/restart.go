@@ -10,6 +10,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/metrics"
 )
 
 // Restart strategies (RESTART_STRATEGY).
@@ -100,35 +101,56 @@ func (c *Controller) deleteOptions(pod podRef) string {
 	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":` + strconv.Quote(pod.uid) + `}` + dry + `}`
 }
 
-// deletePod deletes one pod.
-func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
-	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+// restartVerb is one way of restarting a pod, for the shared handling of
+// the server's answer.
+type restartVerb struct {
+	verb, past string // "delete", "deleted"
+	permission string // what RBAC must grant
+	counter    func(c *Controller) *metrics.CounterVec
+}
+
+var (
+	deleteVerb = restartVerb{"delete", "deleted", "verb delete on pods", func(c *Controller) *metrics.CounterVec { return c.metrics.PodDeletions }}
+	evictVerb  = restartVerb{"evict", "evicted", "verb create on pods/eviction", func(c *Controller) *metrics.CounterVec { return c.metrics.PodEvictions }}
+)
+
+// outcome counts, logs and classifies the answer to a restart request: nil
+// when the pod needs nothing more (restarted, already gone, or replaced by
+// a same-named pod the uid precondition protected).
+func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *slog.Logger, err error) error {
+	count := v.counter(c).Inc
 	switch {
 	case err == nil && c.cfg.DryRun:
-		c.metrics.PodDeletions.Inc("dry_run")
-		log.Info("would delete pod (dry run)", "pod", pod.name, "outcome", "dry_run")
+		count("dry_run")
+		log.Info("would "+v.verb+" pod (dry run)", "pod", pod.name, "outcome", "dry_run")
 		return nil
 	case err == nil:
-		c.metrics.PodDeletions.Inc("deleted")
-		log.Info("deleted pod", "pod", pod.name, "outcome", "deleted")
+		count(v.past)
+		log.Info(v.past+" pod", "pod", pod.name, "outcome", v.past)
 		return nil
 	case apiclient.IsNotFound(err):
-		c.metrics.PodDeletions.Inc("not_found")
+		count("not_found")
 		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
 		return nil
 	case apiclient.IsConflict(err):
-		c.metrics.PodDeletions.Inc("conflict")
+		count("conflict")
 		log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
 		return nil
 	case apiclient.IsForbidden(err):
-		c.metrics.PodDeletions.Inc("error")
-		log.Error("cannot delete pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-		return fmt.Errorf("RBAC: the controller may not delete pods in %s (needs verb delete on pods): %w", namespace, err)
+		count("error")
+		log.Error("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "forbidden", "err", err)
+		return fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", v.verb, namespace, v.permission, err)
 	default:
-		c.metrics.PodDeletions.Inc("error")
-		log.Warn("cannot delete pod", "pod", pod.name, "outcome", "error", "err", err)
-		return fmt.Errorf("delete pod %s/%s: %w", namespace, pod.name, err)
+		count("error")
+		log.Warn("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "error", "err", err)
+		return fmt.Errorf("%s pod %s/%s: %w", v.verb, namespace, pod.name, err)
 	}
+}
+
+// deletePod deletes one pod.
+func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+	return c.outcome(deleteVerb, namespace, pod, log, err)
 }
 
 // evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow
@@ -143,50 +165,26 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 	bo := c.cfg.NewBackOff()
 	for {
 		_, err := c.api.Create(ctx, path, []byte(body))
-		switch {
-		case err == nil && c.cfg.DryRun:
-			c.metrics.PodEvictions.Inc("dry_run")
-			log.Info("would evict pod (dry run)", "pod", pod.name, "outcome", "dry_run")
-			return nil
-		case err == nil:
-			c.metrics.PodEvictions.Inc("evicted")
-			log.Info("evicted pod", "pod", pod.name, "outcome", "evicted")
-			return nil
-		case apiclient.IsNotFound(err):
-			c.metrics.PodEvictions.Inc("not_found")
-			log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
-			return nil
-		case apiclient.IsConflict(err):
-			c.metrics.PodEvictions.Inc("conflict")
-			log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
-			return nil
-		case apiclient.IsTooManyRequests(err):
-			delay := max(bo.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
-			if time.Now().Add(delay).After(deadline) {
-				c.metrics.PodEvictions.Inc("stuck")
-				log.Error("pod still not evictable; leaving it", "pod", pod.name, "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
-				if c.cfg.Events != nil {
-					c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
-						fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
-				}
-				return nil
+		if !apiclient.IsTooManyRequests(err) {
+			return c.outcome(evictVerb, namespace, pod, log, err)
+		}
+		delay := max(bo.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
+		if time.Now().Add(delay).After(deadline) {
+			c.metrics.PodEvictions.Inc("stuck")
+			log.Error("pod still not evictable; leaving it", "pod", pod.name, "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
+			if c.cfg.Events != nil {
+				c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
+					fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
 			}
-			log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		case apiclient.IsForbidden(err):
-			c.metrics.PodEvictions.Inc("error")
-			log.Error("cannot evict pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-			return fmt.Errorf("RBAC: the controller may not evict pods in %s (needs verb create on pods/eviction): %w", namespace, err)
-		default:
-			c.metrics.PodEvictions.Inc("error")
-			log.Warn("cannot evict pod", "pod", pod.name, "outcome", "error", "err", err)
-			return fmt.Errorf("evict pod %s/%s: %w", namespace, pod.name, err)
+			return nil
+		}
+		log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }
