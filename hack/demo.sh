@@ -161,6 +161,13 @@ printf '    old: %s\n    new: %s\n' "${old[*]}" "${now[*]}"
 why "Restarted for data hash: $(k get configmap webapp-config -n default -o jsonpath="$annotation" | cut -c1-12)…"
 why "From config-watcher's /metrics:"
 curl -fsS "http://127.0.0.1:$http_port/metrics" | grep -E '^config_watcher_(pod_deletions|reconciles)_total' | sed 's/^/      /'
+why "And the Kubernetes Events config-watcher left on the ConfigMap (kubectl describe shows them too):"
+for ((i = 0; i < 50; i++)); do
+	events=$(k get events -n default --field-selector involvedObject.name=webapp-config -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message --no-headers 2>/dev/null || true)
+	[[ -n $events ]] && break
+	sleep 0.1
+done
+printf '%s\n' "${events:-(none yet)}" | sed 's/^/      /'
 
 say "Changing only a label: nothing should restart"
 metric() { curl -fsS "http://127.0.0.1:$http_port/metrics" | awk -v m="$1" '$1 == m {print $2}'; }

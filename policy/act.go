@@ -124,9 +124,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	c.finish(key, cm.hash, r)
 	log.Info("pods restarted", "hash", cm.hash, "pods", len(r.pods))
 	if c.cfg.DryRun {
-		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed).", len(r.pods), sel, shortHash(cm.hash)))
+		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed)", len(r.pods), sel, shortHash(cm.hash)))
 	} else {
-		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s.", len(r.pods), sel, shortHash(cm.hash)))
+		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s", len(r.pods), sel, shortHash(cm.hash)))
 	}
 	return resultRestarted, nil
 }
