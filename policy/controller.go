@@ -92,8 +92,8 @@ type entry struct {
 	// a retry only deletes pods that existed when the round began: pods
 	// created since were started with the new data.
 	round *round
-	// listGen is the list generation the entry was last seen in.
-	listGen uint64
+	// seen is the sequence number of the last event about the entry.
+	seen uint64
 }
 
 // Controller implements watch.Handler and runs the workers.
@@ -106,7 +106,8 @@ type Controller struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
-	listGen uint64
+	seq     uint64 // numbers events, to tell what a list did not see
+	all     *scope // the handler for a watch of every namespace
 
 	retryMu sync.Mutex
 	retries map[string]backoff.BackOff
@@ -134,7 +135,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	if cfg.EvictTimeout <= 0 {
 		cfg.EvictTimeout = 5 * time.Minute
 	}
-	return &Controller{
+	c := &Controller{
 		cfg:     cfg,
 		api:     api,
 		log:     log,
@@ -143,33 +144,61 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		entries: map[string]*entry{},
 		retries: map[string]backoff.BackOff{},
 	}
+	c.all = &scope{c: c}
+	return c
 }
 
-// BeginList implements watch.Handler.
-func (c *Controller) BeginList() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.listGen++
+// scope is the watch.Handler of one ListWatcher: one namespace, or all of
+// them (namespace ""). A list only speaks for the ConfigMaps of its scope.
+type scope struct {
+	c         *Controller
+	namespace string
+	start     uint64 // seq when the current list began
 }
 
-// EndList implements watch.Handler: ConfigMaps that were not in the complete
-// list were deleted while we were not watching; tombstones older than this
-// list are forgotten.
-func (c *Controller) EndList() {
+// ForNamespace returns the handler for a ListWatcher of one namespace, or of
+// all namespaces when namespace is "".
+func (c *Controller) ForNamespace(namespace string) watch.Handler {
+	if namespace == "" {
+		return c.all
+	}
+	return &scope{c: c, namespace: namespace}
+}
+
+func (s *scope) BeginList() {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.start = s.c.seq
+}
+
+// EndList: ConfigMaps of the scope that the complete list did not show were
+// deleted while we were not watching; tombstones older than the list are
+// forgotten.
+func (s *scope) EndList() {
+	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.entries {
-		if e.listGen == c.listGen {
+		if e.seen > s.start || (s.namespace != "" && e.cm.namespace != s.namespace) {
 			continue
 		}
 		if e.exists {
 			e.exists = false
-			e.listGen = c.listGen // keep the tombstone until the next list
+			c.seq++
+			e.seen = c.seq // keep the tombstone until the next list
 			continue
 		}
 		delete(c.entries, key)
 	}
 }
+
+func (s *scope) Handle(ev watch.Event) { s.c.Handle(ev) }
+
+// BeginList implements watch.Handler, for a watch of every namespace.
+func (c *Controller) BeginList() { c.all.BeginList() }
+
+// EndList implements watch.Handler, for a watch of every namespace.
+func (c *Controller) EndList() { c.all.EndList() }
 
 // Handle implements watch.Handler. It only records state and queues work.
 func (c *Controller) Handle(ev watch.Event) {
@@ -207,6 +236,8 @@ func (c *Controller) observe(cm configMap) bool {
 		e = &entry{done: cm.hash, adopted: true}
 		c.entries[key] = e
 	}
+	c.seq++
+	e.seen = c.seq // it exists: a relist that shows it unchanged keeps it
 	if e.cm.uid == cm.uid && cm.version != 0 && cm.version <= e.cm.version {
 		// An event older than one already applied, replayed when a watch
 		// resumes from an earlier resourceVersion: its record may predate
@@ -227,7 +258,6 @@ func (c *Controller) observe(cm configMap) bool {
 	}
 	e.cm = cm
 	e.exists = true
-	e.listGen = c.listGen
 	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded == "")
 }
 
@@ -236,7 +266,8 @@ func (c *Controller) forget(cm configMap) {
 	defer c.mu.Unlock()
 	if e := c.entries[cm.key()]; e != nil {
 		e.exists = false
-		e.listGen = c.listGen
+		c.seq++
+		e.seen = c.seq
 	}
 }
 

@@ -535,3 +535,39 @@ func TestMayActFalseStopsRound(t *testing.T) {
 	assert.Len(t, api.deletedPods(), 1)
 	assert.Empty(t, api.recordedHashes())
 }
+
+// TestRelistOfUnchangedObjectsKeepsThem ensures a relist showing a
+// ConfigMap unchanged (same resourceVersion) keeps what the controller knows
+// of it, so a later change is acted on rather than adopted.
+func TestRelistOfUnchangedObjectsKeepsThem(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: false})
+	start(t, c)
+	for range 3 {
+		c.BeginList()
+		handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v1, rv: "10"})
+		c.EndList()
+	}
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), data: v2, rv: "11"})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3)
+}
+
+// TestListScopedToNamespace ensures the list of one namespace's watch says
+// nothing about ConfigMaps of another namespace.
+func TestListScopedToNamespace(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: false})
+	start(t, c)
+	ns, other := c.ForNamespace("ns"), c.ForNamespace("other")
+	ns.BeginList()
+	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v1})
+	ns.EndList()
+	for range 2 { // two complete lists of another namespace
+		other.BeginList()
+		other.EndList()
+	}
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), data: v2})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3, "the ConfigMap was forgotten by another namespace's list")
+}
