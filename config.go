@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,8 @@ import (
 
 // config is every setting, parsed and validated once at start.
 type config struct {
-	Namespace          string
+	Namespaces         []string // "" alone: every namespace
+	LeaseNamespace     string
 	APIURL             string
 	SelectorAnnotation string
 	HTTPAddr           string
@@ -46,11 +48,29 @@ type setting struct {
 }
 
 var settings = []setting{
-	{"WATCH_NAMESPACE", "watch-namespace", "default", "namespace whose ConfigMaps are watched", func(c *config, v string) error {
-		if len(v) > 63 || !isDNSLabel(v) {
+	{"WATCH_NAMESPACE", "watch-namespace", "default", "namespaces whose ConfigMaps are watched: one, a comma-separated list, or * for all (one cluster-wide watch; needs a ClusterRole)", func(c *config, v string) error {
+		if v == "*" {
+			c.Namespaces = []string{""}
+			return nil
+		}
+		c.Namespaces = nil
+		for _, ns := range strings.Split(v, ",") {
+			ns = strings.TrimSpace(ns)
+			if len(ns) > 63 || !isDNSLabel(ns) {
+				return fmt.Errorf("%q is not a namespace name (a DNS-1123 label); give one, a comma-separated list, or *", ns)
+			}
+			if slices.Contains(c.Namespaces, ns) {
+				return fmt.Errorf("namespace %q is listed twice", ns)
+			}
+			c.Namespaces = append(c.Namespaces, ns)
+		}
+		return nil
+	}},
+	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
+		if v != "" && (len(v) > 63 || !isDNSLabel(v)) {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
-		c.Namespace = v
+		c.LeaseNamespace = v
 		return nil
 	}},
 	{"API_URL", "api-url", "http://localhost:8001", "base URL of the API server, normally the kubectl proxy ambassador", func(c *config, v string) error {
@@ -176,12 +196,17 @@ func durationSetting(field func(c *config) *time.Duration) func(c *config, v str
 	}
 }
 
-// validate checks what involves several settings.
-func (c config) validate() error {
+// validate checks what involves several settings, and fills LeaseNamespace.
+func (c *config) validate() error {
 	if !c.LeaderElect {
 		return nil
 	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = c.Namespaces[0]
+	}
 	switch {
+	case c.LeaseNamespace == "":
+		return errors.New("LEADER_ELECT=true with WATCH_NAMESPACE=* needs LEASE_NAMESPACE: where the Lease lives")
 	case c.PodName == "":
 		return errors.New("LEADER_ELECT=true needs POD_NAME: it is the replica's identity in the Lease")
 	case !c.RecordHash:

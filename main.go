@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	var elector *leader.Elector
 	if cfg.LeaderElect {
 		elector, err = leader.New(leader.Config{
-			Namespace:     cfg.Namespace,
+			Namespace:     cfg.LeaseNamespace,
 			Name:          cfg.LeaseName,
 			Identity:      cfg.PodName,
 			LeaseDuration: cfg.LeaseDuration,
@@ -105,16 +106,22 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		leading.Set(1)
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
-	lw := watch.New(watch.Config{
-		Path: apiclient.CorePath(cfg.Namespace, "configmaps", ""),
-		Kind: "ConfigMap",
-	}, client, ctrl, log, watch.NewMetrics(reg))
+	// One list + watch per namespace, or one across the cluster for "*".
+	watchMetrics := watch.NewMetrics(reg)
+	var lws watchers
+	for _, ns := range cfg.Namespaces {
+		path := apiclient.CoreClusterPath("configmaps")
+		if ns != "" {
+			path = apiclient.CorePath(ns, "configmaps", "")
+		}
+		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: newMux(lw, reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: newMux(lws, reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server failed", "err", err)
@@ -124,10 +131,12 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		ready <- ln.Addr().String()
 	}
 
-	log.Info("starting", "version", version, "namespace", cfg.Namespace, "api_url", cfg.APIURL,
+	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
 		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = lw.Run(ctx) })
+	for _, lw := range lws {
+		wg.Go(func() { _ = lw.Run(ctx) })
+	}
 	if recorder != nil {
 		// Events go on until run returns, so a round that finishes during
 		// the shutdown grace is still reported (best effort).
@@ -160,14 +169,37 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return nil
 }
 
+// watchers are the list + watch loops, one per watched namespace.
+type watchers []*watch.ListWatcher
+
+// ready: every loop has listed and is watching (or resuming).
+func (ws watchers) ready() bool {
+	for _, w := range ws {
+		if !w.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// alive: every loop runs.
+func (ws watchers) alive() bool {
+	for _, w := range ws {
+		if !w.Alive() {
+			return false
+		}
+	}
+	return true
+}
+
 // newMux serves the probes and metrics.
-func newMux(lw *watch.ListWatcher, reg *metrics.Registry) *http.ServeMux {
+func newMux(ws watchers, reg *metrics.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		probe(w, lw.Alive(), "watch loop not running")
+		probe(w, ws.alive(), "watch loop not running")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		probe(w, lw.Ready(), "initial list not done or watch down")
+		probe(w, ws.ready(), "initial list not done or watch down")
 	})
 	mux.Handle("GET /metrics", reg)
 	return mux

@@ -31,20 +31,35 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "Defaults", check: func(t *testing.T, c config) {
-			assert.Equal(t, config{Namespace: "default", APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
+			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
 				RestartStrategy: "delete", EvictTimeout: 5 * time.Minute, Events: true,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
 			check: func(t *testing.T, c config) {
-				assert.Equal(t, "team-a", c.Namespace)
+				assert.Equal(t, []string{"team-a"}, c.Namespaces)
 				assert.False(t, c.RecordHash)
 				assert.Equal(t, "cw-1", c.PodName)
 				assert.Equal(t, "DEBUG", c.LogLevel.String())
 			}},
 		{name: "FlagOverridesEnv", args: []string{"--watch-namespace=from-flag"}, env: map[string]string{"WATCH_NAMESPACE": "from-env"},
-			check: func(t *testing.T, c config) { assert.Equal(t, "from-flag", c.Namespace) }},
+			check: func(t *testing.T, c config) { assert.Equal(t, []string{"from-flag"}, c.Namespaces) }},
+		{name: "NamespaceList", env: map[string]string{"WATCH_NAMESPACE": "a, b,c", "LEADER_ELECT": "true", "POD_NAME": "p"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, []string{"a", "b", "c"}, c.Namespaces)
+				assert.Equal(t, "a", c.LeaseNamespace, "the Lease lives in the first namespace")
+			}},
+		{name: "AllNamespaces", env: map[string]string{"WATCH_NAMESPACE": "*", "LEADER_ELECT": "true", "POD_NAME": "p", "LEASE_NAMESPACE": "cw"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, []string{""}, c.Namespaces)
+				assert.Equal(t, "cw", c.LeaseNamespace)
+			}},
+		{name: "AllNamespacesElectionNeedsLeaseNamespace", env: map[string]string{"WATCH_NAMESPACE": "*", "LEADER_ELECT": "true", "POD_NAME": "p"}, wantErr: "needs LEASE_NAMESPACE"},
+		{name: "NamespaceListedTwice", env: map[string]string{"WATCH_NAMESPACE": "a,a"}, wantErr: "listed twice"},
+		{name: "EmptyNamespaceInList", env: map[string]string{"WATCH_NAMESPACE": "a,,b"}, wantErr: "WATCH_NAMESPACE"},
+		{name: "StarInList", env: map[string]string{"WATCH_NAMESPACE": "a,*"}, wantErr: "WATCH_NAMESPACE"},
+		{name: "BadLeaseNamespace", env: map[string]string{"LEASE_NAMESPACE": "No"}, wantErr: "LEASE_NAMESPACE"},
 		{name: "EmptyEnvIsNotUnset", env: map[string]string{"WATCH_NAMESPACE": ""}, wantErr: `WATCH_NAMESPACE="" (from WATCH_NAMESPACE)`},
 		{name: "BadNamespace", env: map[string]string{"WATCH_NAMESPACE": "Team_A"}, wantErr: "WATCH_NAMESPACE"},
 		{name: "BadAPIURL", env: map[string]string{"API_URL": "localhost:8001"}, wantErr: "API_URL"},

@@ -187,6 +187,10 @@ func CorePath(namespace, resource, name string) string {
 	return p
 }
 
+// CoreClusterPath is the path of a core/v1 resource across all namespaces,
+// e.g. for one cluster-wide watch.
+func CoreClusterPath(resource string) string { return "/api/v1/" + segment(resource) }
+
 // GroupPath is the path of a resource of an API group in a namespace, or of
 // one named object when name is not empty.
 func GroupPath(group, version, namespace, resource, name string) string {

@@ -27,7 +27,7 @@ var allowedRules = []string{
 	" configmaps patch", // the restarted-for annotation (RECORD_HASH=true, the default)
 	" pods list",
 	" pods delete",
-	" events create", // Kubernetes Events (EVENTS=true, the default)
+	" events create",                 // Kubernetes Events (EVENTS=true, the default)
 	"coordination.k8s.io leases get", // leader election (LEADER_ELECT=true)
 	"coordination.k8s.io leases create",
 	"coordination.k8s.io leases update",

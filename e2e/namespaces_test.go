@@ -1,0 +1,45 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSeveralNamespaces ensures one controller watching a list of
+// namespaces, or all of them (one cluster-wide watch), restarts the pods of
+// a changed ConfigMap in each, once.
+func TestSeveralNamespaces(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		watch func(a, b string) string
+	}{
+		{"List", func(a, b string) string { return a + "," + b }},
+		{"AllNamespaces", func(string, string) string { return "*" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newNamespace(t), newNamespace(t)
+			var original [][]pod
+			for _, ns := range []string{a, b} {
+				apply(t, ns, webappManifests("app=webapp"))
+				original = append(original, waitPods(t, ns, "app=webapp", 2))
+			}
+			c := startController(t, controllerOpts{extraEnv: []string{"WATCH_NAMESPACE=" + tt.watch(a, b)}})
+			c.WaitReady(t)
+			var adopted []string
+			for _, ns := range []string{a, b} {
+				adopted = append(adopted, waitRestartedFor(t, ns, "webapp-config", ""))
+			}
+			for i, ns := range []string{a, b} {
+				mergePatch(t, ns, "webapp-config", `{"data":{"message":"`+strings.ToUpper(ns)+`"}}`)
+				waitDeleted(t, ns, adminUser, original[i])
+				waitRestartedFor(t, ns, "webapp-config", adopted[i])
+			}
+			for i, ns := range []string{a, b} {
+				c.Settle(t, ns)
+				assertDeletedOnce(t, ns, adminUser, original[i])
+			}
+		})
+	}
+}
