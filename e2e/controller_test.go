@@ -69,14 +69,14 @@ func TestMetadataOnlyEditsRestartNothing(t *testing.T) {
 }
 
 // TestRBACManifestsAreEnough ensures the ServiceAccount, Role and RoleBinding in
-// manifests/rbac.yaml grant what the controller needs: run through a kubectl proxy
+// manifests/base/rbac.yaml grant what the controller needs: run through a kubectl proxy
 // holding that account's token, it restarts the pods, and the API server never
 // answers it 403.
 func TestRBACManifestsAreEnough(t *testing.T) {
 	requireCluster(t)
-	rbac := filepath.Join(repoRoot, "manifests", "rbac.yaml")
+	rbac := filepath.Join(repoRoot, "manifests", "base", "rbac.yaml")
 	if _, err := os.Stat(rbac); err != nil {
-		t.Fatalf("manifests/rbac.yaml (ServiceAccount config-watcher, its Role and RoleBinding) is missing: %v", err)
+		t.Fatalf("manifests/base/rbac.yaml (ServiceAccount config-watcher, its Role and RoleBinding) is missing: %v", err)
 	}
 	ns := newNamespace(t)
 	applyInNamespace(t, ns, rbac)

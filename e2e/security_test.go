@@ -116,7 +116,7 @@ type rbacRule struct{ resource, verb string }
 // no pod is deleted.
 func TestSecurityRoleIsMinimal(t *testing.T) {
 	requireCluster(t)
-	rbacFile := filepath.Join(repoRoot, "manifests", "rbac.yaml")
+	rbacFile := filepath.Join(repoRoot, "manifests", "base", "rbac.yaml")
 	objs := decodeObjects(t, kubectl(t, "create", "--dry-run=client", "-o", "json", "-f", rbacFile))
 	var role map[string]any
 	for _, o := range objs {
@@ -124,7 +124,7 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 			role = o
 		}
 	}
-	require.NotNil(t, role, "manifests/rbac.yaml has no Role")
+	require.NotNil(t, role, "manifests/base/rbac.yaml has no Role")
 
 	// Every verb granted, found in the manifest itself: a verb added to the
 	// Role without a case here fails the test.
@@ -144,7 +144,7 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 		{"configmaps", "patch"}: regexp.MustCompile(`RBAC: the controller may not patch configmaps in \S+ \(needs verb patch on configmaps`),
 		{"pods", "list"}:        regexp.MustCompile(`RBAC: the controller may not list pods in \S+ \(needs verb list on pods\)`),
 		{"pods", "delete"}:      regexp.MustCompile(`RBAC: the controller may not delete pods in \S+ \(needs verb delete on pods\)`),
-		// Leader election (LEADER_ELECT=true, as in manifests/deployment.yaml).
+		// Leader election (LEADER_ELECT=true, as in manifests/base/deployment.yaml).
 		{"leases", "get"}:    regexp.MustCompile(`msg="cannot (acquire|renew) lease".*cannot get resource \\"leases\\"`),
 		{"leases", "create"}: regexp.MustCompile(`msg="cannot (acquire|renew) lease".*cannot create resource \\"leases\\"`),
 		{"events", "create"}: regexp.MustCompile(`RBAC: recording events needs verb create on events`),

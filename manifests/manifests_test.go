@@ -1027,3 +1027,51 @@ func setEnv(t *testing.T, c map[string]any, name, value string) {
 	}
 	require.FailNow(t, "not found", "env %s", name)
 }
+
+// TestClusterWideOverlay ensures manifests/cluster-wide/ watches every
+// namespace with exactly the base's rules split in two: the Lease rule stays
+// in a namespaced Role, everything else moves to a ClusterRole; and its pod
+// is hardened like the base's.
+func TestClusterWideOverlay(t *testing.T) {
+	objs := render(t, "cluster-wide")
+	require.NotEmpty(t, objs)
+	for _, c := range containerChecks {
+		t.Run(c.name, func(t *testing.T) { assert.Empty(t, c.fn(objs)) })
+	}
+	rules := func(kind string) []string {
+		var out []string
+		for _, o := range objs {
+			if o["kind"] != kind {
+				continue
+			}
+			for _, r := range list(o, "rules") {
+				for _, g := range strs(list(r, "apiGroups")) {
+					for _, res := range strs(list(r, "resources")) {
+						for _, v := range strs(list(r, "verbs")) {
+							out = append(out, g+" "+res+" "+v)
+						}
+					}
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var leases, others []string
+	for _, r := range allowedRules {
+		if strings.Contains(r, "leases") {
+			leases = append(leases, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	slices.Sort(leases)
+	slices.Sort(others)
+	assert.Equal(t, leases, rules("Role"), "the Role keeps the Lease rule only")
+	assert.Equal(t, others, rules("ClusterRole"), "the ClusterRole grants the rest, nothing more")
+	assert.True(t, has(objs, "ClusterRoleBinding", "config-watcher"))
+
+	c := container(t, objs, "config-watcher")
+	assert.Equal(t, "*", env(c, "WATCH_NAMESPACE"))
+	assert.True(t, hasEnvFrom(c, "LEASE_NAMESPACE", "metadata.namespace"), "the Lease lives in the controller's namespace")
+}
