@@ -192,7 +192,7 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 
 		lw.metrics.WatchStarts.Inc(startReason)
 		started := lw.cfg.Now()
-		events, err := lw.watch(ctx)
+		events, timeout, err := lw.watch(ctx)
 		lasted := lw.cfg.Now().Sub(started)
 		if events > 0 || lasted >= resetBackOffAfter {
 			bo.Reset()
@@ -206,6 +206,9 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 			// The server closed the stream at its timeout or cleanly: resume
 			// from the last resourceVersion at once.
 			startReason = "eof"
+			if lasted >= timeout-time.Second {
+				startReason = "timeout" // the server's timeoutSeconds: the normal end
+			}
 			lw.log.Debug("watch ended; resuming", "rv", lw.rv, "events", events)
 			if !healthy {
 				lw.wait(ctx, bo, nil)
@@ -290,8 +293,9 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 }
 
 // watch opens one watch from lw.rv and dispatches its events until the
-// stream ends. It returns nil for a clean end and counts the events handled.
-func (lw *ListWatcher) watch(ctx context.Context) (int, error) {
+// stream ends. It returns nil for a clean end, counts the events handled and
+// says which timeoutSeconds it asked for.
+func (lw *ListWatcher) watch(ctx context.Context) (int, time.Duration, error) {
 	timeout := lw.cfg.MinWatchTimeout
 	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
 		timeout += rand.N(span)
@@ -306,7 +310,7 @@ func (lw *ListWatcher) watch(ctx context.Context) (int, error) {
 	defer cancel()
 	body, err := lw.t.Stream(ctx, lw.cfg.Path, q)
 	if err != nil {
-		return 0, err
+		return 0, timeout, err
 	}
 	defer body.Close()
 	lw.watching.Store(true)
@@ -322,19 +326,19 @@ func (lw *ListWatcher) watch(ctx context.Context) (int, error) {
 		var malformed *MalformedError
 		switch {
 		case errors.Is(err, io.EOF):
-			return events, nil
+			return events, timeout, nil
 		case errors.As(err, &malformed):
 			lw.metrics.Malformed.Inc()
 			lw.log.Warn("skipping malformed watch event", "rv", lw.rv, "err", err)
 			continue
 		case err != nil:
-			return events, fmt.Errorf("read watch stream: %w", err)
+			return events, timeout, fmt.Errorf("read watch stream: %w", err)
 		}
 		lw.metrics.Events.Inc(string(ev.Type))
 		lw.metrics.LastEvent.Set(float64(lw.cfg.Now().UnixNano()) / 1e9)
 		switch ev.Type {
 		case Error:
-			return events, watchError(ev.Object)
+			return events, timeout, watchError(ev.Object)
 		case Bookmark:
 			lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
 		default:
@@ -375,8 +379,8 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
 		Events: r.NewCounterVec("config_watcher_events_total", "Watch events received, by type.", "type",
 			string(Added), string(Modified), string(Deleted), string(Bookmark), string(Error)),
-		WatchStarts: r.NewCounterVec("config_watcher_watch_starts_total", "Watches opened, by why the previous one ended (initial, eof, gone, error).", "reason",
-			"initial", "eof", "gone", "error"),
+		WatchStarts: r.NewCounterVec("config_watcher_watch_starts_total", "Watches opened, by why the previous one ended (initial, timeout: the server's timeoutSeconds, eof: closed sooner, gone, error).", "reason",
+			"initial", "timeout", "eof", "gone", "error"),
 		Relists:   r.NewCounter("config_watcher_relists_total", "Lists made again because the watch's resourceVersion expired."),
 		Malformed: r.NewCounter("config_watcher_malformed_events_total", "Watch lines that could not be decoded and were skipped."),
 		LastEvent: r.NewGauge("config_watcher_last_event_timestamp_seconds", "Unix time of the last watch event, bookmarks included."),

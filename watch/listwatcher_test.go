@@ -588,3 +588,31 @@ func TestDefaultBackOff(t *testing.T) {
 	bo.Reset()
 	assert.LessOrEqual(t, bo.NextBackOff(), 1200*time.Millisecond, "Reset starts over")
 }
+
+// TestListWatcherTimeoutEndCounted ensures a watch the server ends at its
+// timeoutSeconds is counted as a timeout, and one it ends sooner as eof.
+func TestListWatcherTimeoutEndCounted(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		lasted  time.Duration
+		wantEnd string
+	}{
+		{"AtTimeoutSeconds", 5 * time.Minute, "timeout"},
+		{"Sooner", 2 * time.Minute, "eof"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var l *loop
+			long := func(w http.ResponseWriter, r *http.Request) {
+				l.clock.Advance(tt.lasted)
+				serveLines(w)
+			}
+			api := newFakeAPI(t).onList(oneItemList()).onWatch(long)
+			srv := api.start()
+			l = newLoop(t, srv.URL, Config{Kind: "ConfigMap", MinWatchTimeout: 5 * time.Minute, MaxWatchTimeout: 5 * time.Minute})
+			l.run(t)
+			api.waitWatches(t, 2)
+			l.stop(t)
+			assert.Equal(t, uint64(1), l.m.WatchStarts.Value(tt.wantEnd))
+		})
+	}
+}
