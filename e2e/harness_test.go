@@ -352,7 +352,8 @@ type auditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	StageTimestamp string `json:"stageTimestamp"`
+	StageTimestamp           string `json:"stageTimestamp"`
+	RequestReceivedTimestamp string `json:"requestReceivedTimestamp"`
 }
 
 func (e auditEvent) String() string {

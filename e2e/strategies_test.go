@@ -3,9 +3,13 @@
 package e2e
 
 import (
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestEvictStrategy ensures RESTART_STRATEGY=evict restarts each pod once
@@ -52,4 +56,33 @@ func TestDryRun(t *testing.T) {
 	c.WaitMetric(t, 2, "config_watcher_pod_deletions_total", "result", "dry_run")
 	assert.ElementsMatch(t, original, livePods(t, ns, "app=webapp"), "a dry run deleted pods")
 	assert.Empty(t, getConfigMap(t, ns, "webapp-config").Metadata.Annotations[restartedAnnotation], "a dry run wrote the record")
+}
+
+// TestMaxConcurrentRestartsPaces ensures MAX_CONCURRENT_RESTARTS=1 restarts
+// one pod after the other: the API server receives each DELETE only after it
+// answered the one before.
+func TestMaxConcurrentRestartsPaces(t *testing.T) {
+	ns := newNamespace(t)
+	original := webappWith(t, ns, 4)
+	c := startController(t, controllerOpts{namespace: ns, extraEnv: []string{"MAX_CONCURRENT_RESTARTS=1"}})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, ns, "webapp-config", "")
+
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"one by one"}}`)
+	waitDeleted(t, ns, adminUser, original)
+	waitRestartedFor(t, ns, "webapp-config", adopted)
+	c.Settle(t, ns)
+	assertDeletedOnce(t, ns, adminUser, original)
+
+	deletes := podDeletes(t, ns, adminUser)
+	slices.SortFunc(deletes, func(a, b auditEvent) int {
+		return strings.Compare(a.RequestReceivedTimestamp, b.RequestReceivedTimestamp)
+	})
+	for i := 1; i < len(deletes); i++ {
+		prevDone, err := time.Parse(time.RFC3339Nano, deletes[i-1].StageTimestamp)
+		require.NoError(t, err)
+		next, err := time.Parse(time.RFC3339Nano, deletes[i].RequestReceivedTimestamp)
+		require.NoError(t, err)
+		assert.False(t, next.Before(prevDone), "DELETE %d arrived before DELETE %d was answered: not paced", i, i-1)
+	}
 }
