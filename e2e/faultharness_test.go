@@ -133,28 +133,11 @@ func startFaultProxy(t *testing.T, upstream string) *faultProxy {
 	tmp := t.TempDir()
 	addrFile := filepath.Join(tmp, "addr")
 	logPath := filepath.Join(tmp, "faultproxy.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd := exec.Command(faultProxyBin, "-listen", "127.0.0.1:0", "-upstream", upstream, "-addr-file", addrFile)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("faultproxy log:\n%s", out)
-		}
-	})
+	startLogged(t, "faultproxy", logPath, 5*time.Second,
+		exec.Command(faultProxyBin, "-listen", "127.0.0.1:0", "-upstream", upstream, "-addr-file", addrFile))
 	var addr []byte
 	eventually(t, 10*time.Second, "faultproxy listening", func() (bool, string) {
+		var err error
 		addr, err = os.ReadFile(addrFile)
 		return err == nil && len(addr) > 0, fmt.Sprint(err)
 	})
@@ -330,30 +313,8 @@ func secondAPIServer(t *testing.T, extra ...string) (kubeconfig, auditLog string
 	for k, v := range override {
 		argv = append(argv, k+"="+v)
 	}
-	logPath := filepath.Join(tmp, "kube-apiserver.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			if len(out) > 8000 {
-				out = out[len(out)-8000:]
-			}
-			t.Logf("second kube-apiserver log (tail):\n%s", out)
-		}
-	})
+	startLogged(t, "second kube-apiserver", filepath.Join(tmp, "kube-apiserver.log"), 15*time.Second,
+		exec.Command(argv[0], argv[1:]...))
 	admin, err := os.ReadFile(env.kubeconfig)
 	require.NoError(t, err)
 	server := kubectl(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")

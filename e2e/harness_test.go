@@ -642,33 +642,44 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startProxy runs `kubectl proxy` with kubeconfig on a free port until the test ends
-// and returns its URL: an ambassador acting with that kubeconfig's identity.
-func startProxy(t *testing.T, kubeconfig string) string {
+// startLogged starts cmd with its output in logPath and stops it when the test
+// ends: SIGTERM, then SIGKILL after grace. A failed test shows the log's tail.
+// The returned channel closes when the process exits.
+func startLogged(t *testing.T, name, logPath string, grace time.Duration, cmd *exec.Cmd) <-chan struct{} {
 	t.Helper()
-	port := freePort(t)
-	logPath := filepath.Join(t.TempDir(), "kubectl-proxy.log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
-	cmd := exec.Command(env.kubectl, "--kubeconfig="+kubeconfig, "proxy",
-		"--address=127.0.0.1", "--port="+strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start(), "start kubectl proxy")
+	require.NoError(t, cmd.Start(), "start %s", name)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(grace):
 			_ = cmd.Process.Kill()
 			<-done
 		}
 		if t.Failed() {
 			out, _ := os.ReadFile(logPath)
-			t.Logf("kubectl proxy log:\n%s", out)
+			if len(out) > 8000 {
+				out = out[len(out)-8000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, out)
 		}
 	})
+	return done
+}
+
+// startProxy runs `kubectl proxy` with kubeconfig on a free port until the test ends
+// and returns its URL: an ambassador acting with that kubeconfig's identity.
+func startProxy(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	port := freePort(t)
+	logPath := filepath.Join(t.TempDir(), "kubectl-proxy.log")
+	done := startLogged(t, "kubectl proxy", logPath, 5*time.Second,
+		exec.Command(env.kubectl, "--kubeconfig="+kubeconfig, "proxy", "--address=127.0.0.1", "--port="+strconv.Itoa(port)))
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	eventually(t, 30*time.Second, "kubectl proxy on "+url, func() (bool, string) {
 		select {
