@@ -71,47 +71,7 @@ curl -fsS "http://127.0.0.1:$http_port/readyz" >/dev/null || cw_die "config-watc
 why "Ready: it listed the ConfigMaps in 'default' and is watching them."
 
 say "Deploying the webapp: the webapp-config ConfigMap and the webapp Deployment"
-if [[ -f $repo/manifests/demo/kustomization.yaml ]]; then
-	run k apply -n default -k "$repo/manifests/demo/"
-elif [[ -d $repo/manifests/demo ]]; then
-	run k apply -n default -f "$repo/manifests/demo/"
-else
-	why "(manifests/demo/ is not there yet: using the same objects inline)"
-	k apply -n default -f - <<'EOF' | sed 's/^/      /'
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: webapp-config
-  annotations:
-    k8spatterns.io/podDeleteSelector: "app=webapp"
-data:
-  message: "Hello"
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: webapp
-spec:
-  replicas: 2
-  selector:
-    matchLabels:
-      app: webapp
-  template:
-    metadata:
-      labels:
-        app: webapp
-    spec:
-      containers:
-      - name: webapp
-        image: k8spatterns/mini-http-server
-        env:
-        - name: MESSAGE
-          valueFrom:
-            configMapKeyRef:
-              name: webapp-config
-              key: message
-EOF
-fi
+run k apply -n default -k "$repo/manifests/demo/"
 why "The annotation k8spatterns.io/podDeleteSelector: app=webapp tells config-watcher which pods"
 why "to restart when this ConfigMap's data changes. Environment variables are read only at"
 why "container start, so the pods must be replaced to see new data."
