@@ -98,8 +98,11 @@ func (c *Client) MergePatch(ctx context.Context, path string, patch []byte) ([]b
 
 // Stream opens a long-running GET (a watch) and returns its body once the
 // server has answered 2xx. The caller closes it; cancelling ctx ends it.
-func (c *Client) Stream(ctx context.Context, path string, query url.Values) (io.ReadCloser, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, path, query, contentJSON, "", nil)
+func (c *Client) Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
+	if accept == "" {
+		accept = contentJSON
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func TestStatusErrorFromAnswer(t *testing.T) {
 			return err
 		}},
 		{"Stream", func(c *apiclient.Client) error {
-			body, err := c.Stream(context.Background(), "/api/v1/pods", nil)
+			body, err := c.Stream(context.Background(), "/api/v1/pods", nil, "")
 			if err == nil {
 				body.Close()
 			}

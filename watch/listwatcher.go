@@ -34,7 +34,7 @@ import (
 // Transport is the slice of the API client the loop needs.
 type Transport interface {
 	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
-	Stream(ctx context.Context, path string, query url.Values) (io.ReadCloser, error)
+	Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error)
 }
 
 var _ Transport = (*apiclient.Client)(nil)
@@ -60,6 +60,10 @@ type Config struct {
 	// Kind expected in events (e.g. "ConfigMap"); objects of another kind
 	// are logged and skipped. Empty accepts any kind.
 	Kind string
+	// MetadataOnly asks the server for each object's metadata alone
+	// (PartialObjectMetadata): a watch of pods then carries names, uids and
+	// labels, not specs and status.
+	MetadataOnly bool
 	// PageSize of the list (500).
 	PageSize int
 	// MinWatchTimeout and MaxWatchTimeout bound the server-side timeout of
@@ -252,6 +256,22 @@ func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) 
 	}
 }
 
+// Accept headers that ask for metadata only. A server that cannot serve
+// metadata alone falls back to whole objects, which read the same way.
+const (
+	MetadataListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	MetadataAccept     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
+// accept returns the Accept header for a request: metadata when configured,
+// else the client's default.
+func (lw *ListWatcher) accept(metadata string) string {
+	if lw.cfg.MetadataOnly {
+		return metadata
+	}
+	return ""
+}
+
 // errContinueExpired restarts a list whose continue token expired.
 var errContinueExpired = errors.New("list continue token expired")
 
@@ -261,7 +281,7 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 	lw.h.BeginList()
 	q := url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}}
 	for {
-		body, err := lw.t.Get(ctx, lw.cfg.Path, q, "")
+		body, err := lw.t.Get(ctx, lw.cfg.Path, q, lw.accept(MetadataListAccept))
 		if err != nil {
 			if isGone(err) && q.Get("continue") != "" {
 				return fmt.Errorf("%w: %w", errContinueExpired, err)
@@ -308,7 +328,7 @@ func (lw *ListWatcher) watch(ctx context.Context) (int, time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
-	body, err := lw.t.Stream(ctx, lw.cfg.Path, q)
+	body, err := lw.t.Stream(ctx, lw.cfg.Path, q, lw.accept(MetadataAccept))
 	if err != nil {
 		return 0, timeout, err
 	}
@@ -374,15 +394,23 @@ type Metrics struct {
 	LastEvent   *metrics.Gauge
 }
 
-// NewMetrics registers the loop's metrics in r.
-func NewMetrics(r *metrics.Registry) *Metrics {
+// NewMetrics registers the metrics of the ConfigMap loops in r.
+func NewMetrics(r *metrics.Registry) *Metrics { return newMetrics(r, "config_watcher_", "") }
+
+// NewMetricsFor registers the metrics of another collection's loops in r,
+// named config_watcher_<what>_..., e.g. config_watcher_pod_index_events_total.
+func NewMetricsFor(r *metrics.Registry, what string) *Metrics {
+	return newMetrics(r, "config_watcher_"+what+"_", " ("+strings.ReplaceAll(what, "_", " ")+")")
+}
+
+func newMetrics(r *metrics.Registry, prefix, about string) *Metrics {
 	return &Metrics{
-		Events: r.NewCounterVec("config_watcher_events_total", "Watch events received, by type.", "type",
+		Events: r.NewCounterVec(prefix+"events_total", "Watch events received, by type"+about+".", "type",
 			string(Added), string(Modified), string(Deleted), string(Bookmark), string(Error)),
-		WatchStarts: r.NewCounterVec("config_watcher_watch_starts_total", "Watches opened, by why the previous one ended (initial, timeout: the server's timeoutSeconds, eof: closed sooner, gone, error).", "reason",
+		WatchStarts: r.NewCounterVec(prefix+"watch_starts_total", "Watches opened, by why the previous one ended (initial, timeout: the server's timeoutSeconds, eof: closed sooner, gone, error)"+about+".", "reason",
 			"initial", "timeout", "eof", "gone", "error"),
-		Relists:   r.NewCounter("config_watcher_relists_total", "Lists made again because the watch's resourceVersion expired."),
-		Malformed: r.NewCounter("config_watcher_malformed_events_total", "Watch lines that could not be decoded and were skipped."),
-		LastEvent: r.NewGauge("config_watcher_last_event_timestamp_seconds", "Unix time of the last watch event, bookmarks included."),
+		Relists:   r.NewCounter(prefix+"relists_total", "Lists made again because the watch's resourceVersion expired"+about+"."),
+		Malformed: r.NewCounter(prefix+"malformed_events_total", "Watch lines that could not be decoded and were skipped"+about+"."),
+		LastEvent: r.NewGauge(prefix+"last_event_timestamp_seconds", "Unix time of the last watch event, bookmarks included"+about+"."),
 	}
 }
