@@ -61,7 +61,9 @@ How they were produced:
   ambassador), runs \`hack/record -phase cached\`, stops it, then does the same with the
   apiserver's \`--watch-cache=false\` for \`hack/record -phase uncached\`.
 - Requests go through the \`kubectl proxy\`, as config-watcher's do, with
-  \`Accept: application/json\`. Each file is the response **body** exactly as received: a
+  \`Accept: application/json\`, except the \`pods-metadata-*\` files: those ask for
+  metadata only, as the pod index's list + watch does (the Accept header is in their rows
+  below). Each file is the response **body** exactly as received: a
   whole body for the \`.json\` files, the complete lines of the stream for the \`.ndjson\`
   files (one JSON event per line, each ending in \`\\n\`).
 - Everything lives in namespace \`default\`. \`webapp-config\` is annotated
@@ -92,6 +94,15 @@ What the server did that a client must expect (kube-apiserver $kube_version, see
   \`k8s.io/initial-events-end\` one of a WatchList (\`watchlist-initial-events.ndjson\`).
 - A watch without resourceVersion starts with a synthetic \`ADDED\` per existing object
   (\`watch-no-rv.ndjson\`).
+- Asked for metadata only (\`pods-metadata-*\`), the server sends \`PartialObjectMetadataList\`
+  and \`PartialObjectMetadata\` objects (\`apiVersion: meta.k8s.io/v1\`: list items, watch
+  objects and the BOOKMARK's alike), but the \`Content-Type\` that reaches the client through
+  the proxy is plain \`application/json\`: tell the form by \`kind\`, not by the header.
+- Deleting a pod that was never scheduled removes it at once, but a watch sees two events, each
+  with its own resourceVersion: a \`MODIFIED\` with \`deletionTimestamp\` set (and
+  \`deletionGracePeriodSeconds: 0\`), then the \`DELETED\`. A ReplicaSet's replacement can be
+  \`ADDED\` between the two: the controller counts a terminating pod as gone. The order this
+  recording saw is in the row of \`pods-metadata-watch.ndjson\`.
 
 | file | watch cache | request | HTTP status, Content-Type | size | what it holds |
 |---|---|---|---|---|---|

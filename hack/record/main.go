@@ -100,8 +100,23 @@ func (r *recorder) url(path string, q url.Values) string {
 	return u
 }
 
+// Accept headers. Every recording asks for acceptJSON, as config-watcher's requests do,
+// except the metadata-only ones, which ask for what a watch.ListWatcher with
+// MetadataOnly sends (watch.MetadataListAccept and watch.MetadataAccept, copied here
+// because the recorder is stdlib only; a test keeps the copies equal).
+const (
+	acceptJSON         = "application/json"
+	acceptMetadataList = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	acceptMetadata     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
 // do sends one request through the proxy and returns the whole answer, whatever its status.
 func (r *recorder) do(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) (response, error) {
+	return r.doAs(ctx, acceptJSON, method, path, q, contentType, body)
+}
+
+// doAs is do with the given Accept header.
+func (r *recorder) doAs(ctx context.Context, accept, method, path string, q url.Values, contentType string, body []byte) (response, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, r.url(path, q), bytes.NewReader(body))
@@ -111,7 +126,7 @@ func (r *recorder) do(ctx context.Context, method, path string, q url.Values, co
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
@@ -126,7 +141,12 @@ func (r *recorder) do(ctx context.Context, method, path string, q url.Values, co
 
 // ok is do, requiring a 2xx answer.
 func (r *recorder) ok(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) (response, error) {
-	resp, err := r.do(ctx, method, path, q, contentType, body)
+	return r.okAs(ctx, acceptJSON, method, path, q, contentType, body)
+}
+
+// okAs is ok with the given Accept header.
+func (r *recorder) okAs(ctx context.Context, accept, method, path string, q url.Values, contentType string, body []byte) (response, error) {
+	resp, err := r.doAs(ctx, accept, method, path, q, contentType, body)
 	if err != nil {
 		return resp, err
 	}
@@ -161,26 +181,47 @@ func truncate(b []byte) string {
 // --- watch ------------------------------------------------------------------------------
 
 // stream is an open watch: every complete line the server sends is written to the file
-// as is, and its event type is delivered on events.
+// as is, and what the recorder needs of its event is delivered on events.
 type stream struct {
 	status      int
 	contentType string
-	events      chan string // event types; closed at the end of the stream
-	done        chan error  // the read error that ended the stream (nil on clean EOF)
+	events      chan streamEvent // closed at the end of the stream
+	done        chan error       // the read error that ended the stream (nil on clean EOF)
 	cancel      context.CancelFunc
 	lines       int
+}
+
+// streamEvent is what the recorder reads of one event: its type and its object's
+// name, uid, resourceVersion and labels.
+type streamEvent struct {
+	Type   string `json:"type"`
+	Object struct {
+		Metadata struct {
+			Name            string            `json:"name"`
+			UID             string            `json:"uid"`
+			ResourceVersion string            `json:"resourceVersion"`
+			Labels          map[string]string `json:"labels"`
+			// DeletionTimestamp is set once the object is terminating.
+			DeletionTimestamp *string `json:"deletionTimestamp"`
+		} `json:"metadata"`
+	} `json:"object"`
 }
 
 // watch opens a watch request. On a non-200 answer it returns the response body and
 // no stream. Lines are written to file only once they are complete.
 func (r *recorder) watch(ctx context.Context, path string, q url.Values, file string) (*stream, response, error) {
+	return r.watchAs(ctx, acceptJSON, path, q, file)
+}
+
+// watchAs is watch with the given Accept header.
+func (r *recorder) watchAs(ctx context.Context, accept, path string, q url.Values, file string) (*stream, response, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url(path, q), nil)
 	if err != nil {
 		cancel()
 		return nil, response{}, fmt.Errorf("create request: %w", err)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()
@@ -199,7 +240,7 @@ func (r *recorder) watch(ctx context.Context, path string, q url.Values, file st
 		return nil, response{}, err
 	}
 	s := &stream{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"),
-		events: make(chan string, 64), done: make(chan error, 1), cancel: cancel}
+		events: make(chan streamEvent, 64), done: make(chan error, 1), cancel: cancel}
 	go func() {
 		defer resp.Body.Close()
 		defer f.Close()
@@ -212,15 +253,13 @@ func (r *recorder) watch(ctx context.Context, path string, q url.Values, file st
 					s.done <- werr
 					return
 				}
-				var ev struct {
-					Type string `json:"type"`
-				}
+				var ev streamEvent
 				if jerr := json.Unmarshal(line, &ev); jerr != nil {
 					s.done <- fmt.Errorf("decode event line: %w", jerr)
 					return
 				}
 				s.lines++
-				s.events <- ev.Type
+				s.events <- ev
 			}
 			if err != nil {
 				if errors.Is(err, io.EOF) || ctx.Err() != nil {
@@ -241,12 +280,25 @@ func (s *stream) expect(want string, timeout time.Duration) error {
 		if !ok {
 			return fmt.Errorf("stream ended while waiting for %s", want)
 		}
-		if got != want {
-			return fmt.Errorf("got a %s event, want %s", got, want)
+		if got.Type != want {
+			return fmt.Errorf("got a %s event, want %s", got.Type, want)
 		}
 		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("no %s event within %s", want, timeout)
+	}
+}
+
+// next waits for the next event on s, whatever it is.
+func (s *stream) next(timeout time.Duration) (streamEvent, error) {
+	select {
+	case ev, ok := <-s.events:
+		if !ok {
+			return streamEvent{}, errors.New("stream ended")
+		}
+		return ev, nil
+	case <-time.After(timeout):
+		return streamEvent{}, fmt.Errorf("no event within %s", timeout)
 	}
 }
 
@@ -256,11 +308,11 @@ func (s *stream) finish(timeout time.Duration) ([]string, error) {
 	deadline := time.After(timeout)
 	for {
 		select {
-		case t, ok := <-s.events:
+		case ev, ok := <-s.events:
 			if !ok {
 				return rest, <-s.done
 			}
-			rest = append(rest, t)
+			rest = append(rest, ev.Type)
 		case <-deadline:
 			s.cancel()
 			return rest, fmt.Errorf("stream still open after %s", timeout)

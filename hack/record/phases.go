@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 )
 
 // recordCached records, with the watch cache on (the API server's default): the LIST
-// and pod list, a watch carrying every event type, and MODIFIED events of large objects.
+// and pod list, a watch carrying every event type, MODIFIED events of large objects, and
+// the metadata-only pod LIST and WATCH the pod index reads.
 func (r *recorder) recordCached(ctx context.Context) error {
 	if err := r.setUpWebapp(ctx); err != nil {
 		return err
@@ -101,7 +103,171 @@ func (r *recorder) recordCached(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return r.recordPodsMetadata(ctx)
+}
+
+// describe renders a pod event for the README: type, name, revision, and for a
+// MODIFIED what it showed.
+func describe(ev streamEvent) string {
+	m := ev.Object.Metadata
+	s := ev.Type + " " + m.Name + "@" + m.ResourceVersion
+	if ev.Type != "MODIFIED" {
+		return s
+	}
+	if m.DeletionTimestamp != nil {
+		return s + " (deletionTimestamp set)"
+	}
+	labels := make([]string, 0, len(m.Labels))
+	for k, v := range m.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	slices.Sort(labels)
+	return s + " (labels " + strings.Join(labels, ",") + ")"
+}
+
+// podsWatchTimeout is the timeoutSeconds of the metadata-only pod watch: room for its
+// four steps (a second or two), after which the server ends the stream itself.
+const podsWatchTimeout = 20
+
+// recordPodsMetadata records what the pod index (podindex) is fed: a metadata-only LIST
+// of the namespace's pods, and a metadata-only WATCH from its resourceVersion while it
+// creates a bare pod `indexed-pod`, adds a label to it, deletes it, then deletes one of
+// the webapp Deployment's pods, which its ReplicaSet replaces. Each step waits for the
+// event that shows it, and records whatever else the server sends on the way; the
+// stream is then read until the server's timeoutSeconds ends it, so the file ends as a
+// real watch does.
+func (r *recorder) recordPodsMetadata(ctx context.Context) error {
+	pods := "/api/v1/namespaces/" + r.ns + "/pods"
+	resp, err := r.okAs(ctx, acceptMetadataList, http.MethodGet, pods, nil, "", nil)
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Kind     string `json:"kind"`
+		Metadata meta   `json:"metadata"`
+		Items    []struct {
+			Metadata struct {
+				Name   string            `json:"name"`
+				UID    string            `json:"uid"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(resp.body, &list); err != nil {
+		return fmt.Errorf("decode metadata pod list: %w", err)
+	}
+	if list.Kind != "PartialObjectMetadataList" {
+		return fmt.Errorf("metadata pod list: kind %q, want PartialObjectMetadataList (the Accept header was not honoured)", list.Kind)
+	}
+	known := map[string]bool{} // uids seen so far
+	var victim, victimUID string
+	for _, it := range list.Items {
+		known[it.Metadata.UID] = true
+		if it.Metadata.Labels["app"] == "webapp" && victim == "" {
+			victim, victimUID = it.Metadata.Name, it.Metadata.UID
+		}
+	}
+	if len(list.Items) != 2 || victim == "" {
+		return fmt.Errorf("metadata pod list: %d pods, want the 2 webapp pods", len(list.Items))
+	}
+	if err := r.saveResponse("pods-metadata-list.json", pods, nil, resp,
+		"metadata-only pod LIST (`Accept: "+acceptMetadataList+"`): the webapp Deployment's 2 pods as `PartialObjectMetadata`"); err != nil {
+		return err
+	}
+
+	q := url.Values{"watch": {"true"}, "resourceVersion": {list.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"},
+		"timeoutSeconds": {itoa(podsWatchTimeout)}}
+	s, bad, err := r.watchAs(ctx, acceptMetadata, pods, q, "pods-metadata-watch.ndjson")
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		return fmt.Errorf("metadata pod watch from %s: HTTP %d: %s", list.Metadata.ResourceVersion, bad.status, truncate(bad.body))
+	}
+	var seen []string // "TYPE name", in order
+	// until reads events until done has been true for one of them.
+	until := func(what string, done func(streamEvent) bool) error {
+		for {
+			ev, err := s.next(15 * time.Second)
+			if err != nil {
+				return fmt.Errorf("pods-metadata-watch: waiting for %s: %w (seen %v)", what, err, seen)
+			}
+			seen = append(seen, describe(ev))
+			if done(ev) {
+				return nil
+			}
+		}
+	}
+	const name = "indexed-pod"
+	is := func(typ, podName string) func(streamEvent) bool {
+		return func(ev streamEvent) bool { return ev.Type == typ && ev.Object.Metadata.Name == podName }
+	}
+	podJSON, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "labels": map[string]string{"app": "indexed"}},
+		"spec": map[string]any{"containers": []any{map[string]any{
+			"name": "main", "image": "k8spatterns/mini-http-server"}}},
+	})
+	var replacement string
+	steps := []struct {
+		what string
+		do   func() error
+		done func(streamEvent) bool
+	}{
+		{"ADDED " + name, func() error {
+			_, err := r.ok(ctx, http.MethodPost, pods, nil, "application/json", podJSON)
+			return err
+		}, is("ADDED", name)},
+		{"MODIFIED " + name + " with tier=x", func() error {
+			_, err := r.ok(ctx, http.MethodPatch, pods+"/"+name, nil, "application/merge-patch+json",
+				[]byte(`{"metadata":{"labels":{"tier":"x"}}}`))
+			return err
+		}, func(ev streamEvent) bool {
+			return is("MODIFIED", name)(ev) && ev.Object.Metadata.Labels["tier"] == "x"
+		}},
+		{"DELETED " + name, func() error {
+			_, err := r.ok(ctx, http.MethodDelete, pods+"/"+name, nil, "", nil)
+			return err
+		}, is("DELETED", name)},
+		{"DELETED " + victim + " and an ADDED replacement", func() error {
+			_, err := r.ok(ctx, http.MethodDelete, pods+"/"+victim, nil, "application/json",
+				[]byte(`{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"`+victimUID+`"}}`))
+			return err
+		}, func() func(streamEvent) bool {
+			deleted := false
+			return func(ev streamEvent) bool {
+				if is("DELETED", victim)(ev) {
+					deleted = true
+				}
+				if ev.Type == "ADDED" && ev.Object.Metadata.Labels["app"] == "webapp" && !known[ev.Object.Metadata.UID] {
+					replacement = ev.Object.Metadata.Name
+				}
+				return deleted && replacement != ""
+			}
+		}()},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			s.stop()
+			return fmt.Errorf("pods-metadata-watch: %s: %w", st.what, err)
+		}
+		if err := until(st.what, st.done); err != nil {
+			s.stop()
+			return err
+		}
+	}
+	rest, err := s.finish((podsWatchTimeout + 20) * time.Second)
+	if err != nil {
+		return fmt.Errorf("pods-metadata-watch: %w (seen %v)", err, seen)
+	}
+	if slices.ContainsFunc(rest, func(t string) bool { return t != "BOOKMARK" }) {
+		return fmt.Errorf("pods-metadata-watch: after the last step got %v, want BOOKMARKs only (seen %v)", rest, seen)
+	}
+	return r.note("pods-metadata-watch.ndjson", pathOf(pods, q), s.status, s.contentType,
+		"metadata-only pod watch (`Accept: "+acceptMetadata+"`) from the LIST's resourceVersion, while the recorder "+
+			"created `"+name+"` (`app=indexed`), added the label `tier=x`, deleted it, then deleted the webapp pod `"+victim+
+			"`, which its ReplicaSet replaced with `"+replacement+"`. Events, in order: "+strings.Join(seen, ", ")+
+			"; then "+fmt.Sprint(len(rest))+" BOOKMARK(s) before the server's timeout ended the stream cleanly")
 }
 
 // recordWatchEvents watches from the LIST's resourceVersion while it creates, changes

@@ -1,0 +1,58 @@
+package podindex
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// benchPod is a metadata-only pod as a Deployment's pods look: three labels
+// and the managedFields the server sends (which the index skips).
+func benchPod(i int, typ watch.EventType) watch.Event {
+	obj := fmt.Sprintf(`{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"webapp-7466656dc8-%05d","generateName":"webapp-7466656dc8-","namespace":"default","uid":"8484289e-0b2e-40fc-a73f-ce2b22a%05d","resourceVersion":"%d","creationTimestamp":"2026-12-02T13:01:42Z","labels":{"app":"webapp","pod-template-hash":"7466656dc8","tier":"frontend"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"webapp-7466656dc8","uid":"0c7b5b1e-6f0e-4a8e-9d7e-2f4b1c3d5e6f","controller":true,"blockOwnerDeletion":true}],"managedFields":[{"manager":"kube-controller-manager","operation":"Update","apiVersion":"v1","time":"2026-12-02T13:01:42Z","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{},"f:tier":{}}}}}]}}`, i, i, 1000+i)
+	return watch.Event{Type: typ, Object: []byte(obj)}
+}
+
+// BenchmarkHandle reports the heap the index keeps per pod (1,000 pods of
+// three labels) and measures the events it gets most: updates of known pods
+// that leave the labels alone.
+func BenchmarkHandle(b *testing.B) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b.Run("1000-pods", func(b *testing.B) {
+		x := New(log)
+		evs := make([]watch.Event, 1000)
+		for i := range evs {
+			evs[i] = benchPod(i, watch.Added)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range evs {
+			x.Handle(evs[i])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perPod := float64(after.HeapAlloc-before.HeapAlloc) / float64(len(evs))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			x.Handle(evs[i%len(evs)])
+			i++
+		}
+		b.ReportMetric(perPod, "heap-B/pod")
+		runtime.KeepAlive(x)
+	})
+	b.Run("status-only-update", func(b *testing.B) {
+		x := New(log)
+		x.Handle(benchPod(1, watch.Added))
+		ev := benchPod(1, watch.Modified)
+		b.ReportAllocs()
+		for b.Loop() {
+			x.Handle(ev)
+		}
+	})
+}

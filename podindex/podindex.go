@@ -1,0 +1,302 @@
+// Package podindex keeps a lean live index of pods, fed by a metadata-only
+// list + watch (a watch.Handler), so that a round of restarts can begin the
+// moment a ConfigMap change arrives, without first asking the API server
+// for the pods.
+//
+// The index holds, per pod, its name, labels, whether it is terminating and
+// the resourceVersion it was created at, and nothing of its spec or status.
+// It is never the last word: it can lag the API server by a few
+// milliseconds, so the controller confirms every round with a consistent
+// LIST (the sweep) and uses the creation revisions kept here to tell a pod
+// the index had not seen yet (started before the change: restart it) from
+// a replacement created after the round's first deletion (leave it).
+package podindex
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/jsonview"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// Pod is a pod the index selected.
+type Pod struct {
+	Name, UID string
+}
+
+// Index is the pod index of one ListWatcher (one namespace, or all).
+type Index struct {
+	log *slog.Logger
+
+	mu   sync.Mutex
+	pods map[string]map[string]*pod // namespace → uid → pod
+	// lists counts completed lists. Creation revisions read from different
+	// lists are not comparable (a pod first seen in a relist is stamped with
+	// its current revision), so callers compare lists before and after.
+	lists   uint64
+	listing bool
+	listGen uint64
+	// changed, made when someone waits, is closed at the next change.
+	changed chan struct{}
+	// ended remembers, for the pods deleted most recently, the revision at
+	// which each began to terminate; endedOrder is its FIFO of uids.
+	ended      map[string]uint64
+	endedOrder []string
+}
+
+// maxEnded bounds ended: a round asks about its pods milliseconds after
+// deleting them, so only the latest deletions need remembering.
+const maxEnded = 4096
+
+type pod struct {
+	name   string
+	labels map[string]string
+	// created is the revision of the ADDED event that announced the pod,
+	// i.e. its creation; for a pod read by a list it is the pod's revision
+	// then, which is no earlier than its creation.
+	created     uint64
+	terminating bool
+	// terminatedAt is the revision of the first event that showed the pod
+	// with a deletionTimestamp; 0 while it has none, or if that event's
+	// revision was not a number.
+	terminatedAt uint64
+	listGen      uint64
+}
+
+var _ watch.Handler = (*Index)(nil)
+
+// New returns an empty index; feed it to a watch.ListWatcher. log may be
+// nil (slog's default).
+func New(log *slog.Logger) *Index {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Index{log: log, pods: map[string]map[string]*pod{}, ended: map[string]uint64{}}
+}
+
+// BeginList implements watch.Handler.
+func (x *Index) BeginList() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.listing = true
+	x.listGen++
+}
+
+// EndList implements watch.Handler: pods the list did not show are gone.
+func (x *Index) EndList() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for ns, pods := range x.pods {
+		for uid, p := range pods {
+			if p.listGen != x.listGen {
+				delete(pods, uid)
+			}
+		}
+		if len(pods) == 0 {
+			delete(x.pods, ns)
+		}
+	}
+	x.listing = false
+	x.lists++
+	x.notify()
+}
+
+// Handle implements watch.Handler.
+func (x *Index) Handle(ev watch.Event) {
+	meta := jsonview.Parse(ev.Object).Get("metadata")
+	ns, name, uid := meta.Get("namespace").String(), meta.Get("name").String(), meta.Get("uid").String()
+	if ns == "" || name == "" || uid == "" {
+		x.log.Warn("pod index: skipping object without namespace, name or uid", "type", string(ev.Type), "rv", ev.ResourceVersion)
+		return
+	}
+	rv, err := strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
+	if err != nil {
+		rv = 0 // unknown: never taken as a revision
+	}
+
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	defer x.notify()
+	pods := x.pods[ns]
+	if ev.Type == watch.Deleted {
+		since := rv
+		if p := pods[uid]; p != nil && p.terminatedAt != 0 {
+			since = p.terminatedAt
+		}
+		if since != 0 {
+			x.remember(uid, since)
+		}
+		delete(pods, uid)
+		if len(pods) == 0 {
+			delete(x.pods, ns)
+		}
+		return
+	}
+	if pods == nil {
+		pods = map[string]*pod{}
+		x.pods[strings.Clone(ns)] = pods
+	}
+	p := pods[uid]
+	if p == nil {
+		p = &pod{name: strings.Clone(name)}
+		switch ev.Type {
+		case watch.Added, watch.Synced:
+			p.created = rv
+		default:
+			// A pod first seen modified: its creation is unknown, and 0
+			// errs on the side of "started before any change".
+		}
+		pods[strings.Clone(uid)] = p
+	}
+	p.listGen = x.listGen
+	if dt := meta.Get("deletionTimestamp"); !dt.Exists() || dt.Type == gjson.Null {
+		p.terminating, p.terminatedAt = false, 0
+	} else if !p.terminating {
+		p.terminating, p.terminatedAt = true, rv
+	}
+	p.labels = readLabels(meta.Get("labels"), p.labels)
+}
+
+// remember notes that the pod uid began to terminate at revision since.
+// x.mu must be held.
+func (x *Index) remember(uid string, since uint64) {
+	if _, ok := x.ended[uid]; ok {
+		return
+	}
+	if len(x.endedOrder) == maxEnded {
+		delete(x.ended, x.endedOrder[0])
+		x.endedOrder = x.endedOrder[1:]
+	}
+	uid = strings.Clone(uid)
+	x.ended[uid] = since
+	x.endedOrder = append(x.endedOrder, uid)
+}
+
+// readLabels returns the labels in r, reusing old when they are unchanged
+// (the common case: a status update), so an update allocates nothing.
+func readLabels(r gjson.Result, old map[string]string) map[string]string {
+	same, n := true, 0
+	r.ForEach(func(k, v gjson.Result) bool {
+		n++
+		if ov, ok := old[k.String()]; !ok || ov != v.String() {
+			same = false
+		}
+		return same
+	})
+	if same && n == len(old) {
+		return old
+	}
+	labels := make(map[string]string, n)
+	r.ForEach(func(k, v gjson.Result) bool {
+		labels[strings.Clone(k.String())] = strings.Clone(v.String())
+		return true
+	})
+	return labels
+}
+
+// notify wakes everyone waiting for a change. x.mu must be held.
+func (x *Index) notify() {
+	if x.changed != nil {
+		close(x.changed)
+		x.changed = nil
+	}
+}
+
+// Select returns the pods of namespace whose labels match and that are not
+// terminating, and the number of lists behind the answer. ok is false until
+// the first list is complete and while a relist is in progress: the answer
+// would be missing pods.
+func (x *Index) Select(namespace string, matches func(labels map[string]string) bool) (pods []Pod, lists uint64, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.lists == 0 || x.listing {
+		return nil, x.lists, false
+	}
+	for uid, p := range x.pods[namespace] {
+		if !p.terminating && matches(p.labels) {
+			pods = append(pods, Pod{Name: p.name, UID: uid})
+		}
+	}
+	return pods, x.lists, true
+}
+
+// Created returns the revision a pod was created at (see pod.created) and
+// the number of lists behind the answer, waiting up to wait for the pod to
+// appear: a pod a LIST just returned may not have reached the watch yet.
+// known is false if it did not appear in time.
+func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Duration) (created, lists uint64, known bool) {
+	known = x.waitFor(ctx, wait, func() bool {
+		p := x.pods[namespace][uid]
+		if p != nil {
+			created = p.created
+		}
+		lists = x.lists
+		if x.listing {
+			// A pod first seen by this relist is stamped with its current
+			// revision, not its creation: count the list already, so that a
+			// caller comparing lists does not take one for the other.
+			lists++
+		}
+		return p != nil
+	})
+	return created, lists, known
+}
+
+// Terminated returns the revision at which a pod began to terminate: its
+// first event with a deletionTimestamp, or its deletion. It waits up to
+// wait for the watch to show it; known is false if it did not.
+func (x *Index) Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool) {
+	known = x.waitFor(ctx, wait, func() bool {
+		if p := x.pods[namespace][uid]; p != nil {
+			since = p.terminatedAt
+		} else {
+			since = x.ended[uid]
+		}
+		return since != 0
+	})
+	return since, known
+}
+
+// waitFor evaluates found under x.mu, again after each change, until it is
+// true, wait has passed, or ctx is done.
+func (x *Index) waitFor(ctx context.Context, wait time.Duration, found func() bool) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		x.mu.Lock()
+		ok := found()
+		if !ok && x.changed == nil {
+			x.changed = make(chan struct{})
+		}
+		changed := x.changed
+		x.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Len returns the number of pods indexed.
+func (x *Index) Len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, pods := range x.pods {
+		n += len(pods)
+	}
+	return n
+}
