@@ -170,11 +170,13 @@ cmd_up() {
 	local start_time=$SECONDS
 
 	local ports
-	mapfile -t ports < <(free_ports 4)
+	mapfile -t ports < <(free_ports 3)
 	local etcd_port=${CW_ETCD_PORT:-${ports[0]}} peer_port=${CW_ETCD_PEER_PORT:-${ports[1]}}
-	local api_port=${CW_APISERVER_PORT:-${ports[2]}} proxy_port=${CW_PROXY_PORT:-${ports[3]}}
+	local api_port=${CW_APISERVER_PORT:-${ports[2]}}
+	# The proxy starts last, a minute after the ports were picked, by which time another
+	# process may have taken its port: unless one is set, it picks a free one as it binds.
+	local proxy_port=${CW_PROXY_PORT:-0}
 	local etcd_url="http://127.0.0.1:$etcd_port" api_url="https://127.0.0.1:$api_port"
-	local proxy_url="http://127.0.0.1:$proxy_port"
 
 	# Credentials: one token for us, another for the controller manager, so the audit
 	# log tells their requests apart; an RSA key pair to sign ServiceAccount tokens.
@@ -250,10 +252,15 @@ EOF
 	wait_for kube-controller-manager 60 \
 		"$kubectl" --kubeconfig="$STATE/admin.kubeconfig" get serviceaccount default -n default
 
-	cw_log "starting kubectl proxy (the ambassador) on $proxy_url"
+	cw_log "starting kubectl proxy (the ambassador)"
 	start kubectl-proxy "$kubectl" --kubeconfig="$STATE/admin.kubeconfig" proxy \
 		--address=127.0.0.1 --port="$proxy_port" --accept-hosts='^(localhost|127\.0\.0\.1)$'
+	# It says where it serves: "Starting to serve on 127.0.0.1:PORT".
+	wait_for kubectl-proxy 30 grep -q 'Starting to serve on' "$STATE/kubectl-proxy.log"
+	local proxy_url
+	proxy_url="http://$(sed -n 's/^Starting to serve on //p' "$STATE/kubectl-proxy.log" | head -n 1)"
 	wait_for kubectl-proxy 30 curl -fsS "$proxy_url/version"
+	cw_log "kubectl proxy serves on $proxy_url"
 
 	cat >"$STATE/env" <<EOF
 export KUBECONFIG=$STATE/admin.kubeconfig CW_PROXY_URL=$proxy_url CW_AUDIT_LOG=$STATE/audit.log CW_STATE_DIR=$STATE CW_APISERVER_URL=$api_url CW_ETCD_URL=$etcd_url CW_KUBECTL=$kubectl
