@@ -85,15 +85,16 @@ start() {
 	config-watcher) cmd=("$work/config-watcher") ;;
 	informer) cmd=("$work/informer") ;;
 	shell) cmd=(bash "$bench_dir/shell/config-watcher-controller.sh") ;;
+	floor) cmd=("$work/benchtool" floor) ;;
 	esac
-	[[ $name == shell ]] || ready=(-ready "http://127.0.0.1:$port/readyz")
+	[[ $name == shell || $name == floor ]] || ready=(-ready "http://127.0.0.1:$port/readyz")
 	[[ -z $metric ]] || ready+=(-results "$RESULTS" -metric "$metric")
 	env WATCH_NAMESPACE="$ns" API_URL="$CW_PROXY_URL" HTTP_ADDR="127.0.0.1:$port" \
 		"$work/benchtool" spawn -controller "$name" -log "$work/$name-$ns.log" -pidfile "$work/$name.pid" \
 		"${ready[@]}" -- "${cmd[@]}"
 	PID[$name]=$(<"$work/$name.pid")
-	# The script has no readiness signal: give its watch time to open.
-	[[ $name != shell ]] || sleep 2
+	# The script and the floor have no readiness signal: give their watch time to open.
+	[[ $name != shell && $name != floor ]] || sleep 2
 }
 
 bt() { "$work/benchtool" "$@"; }
@@ -129,8 +130,10 @@ step "starting a fresh control plane (state dir $CW_STATE_DIR)"
 eval "$("$repo/hack/cluster.sh" env)"
 echo "apiserver: $(curl -fsS "$CW_PROXY_URL/version" | jq -r .gitVersion), kubectl proxy $CW_PROXY_URL" | tee -a "$RESULTS/machine.txt"
 
-step "reaction latency: $CHANGES data changes per controller, one controller at a time"
-for c in "${CONTROLLERS[@]}"; do
+step "reaction latency: $CHANGES data changes per controller, one controller at a time, then the floor"
+# The floor (benchtool floor) only DELETEs on each event: what the server, the proxy and
+# the machine cost by themselves, measured the same way.
+for c in "${CONTROLLERS[@]}" floor; do
 	ns="bench-lat-$c"
 	bt ns -api "$CW_PROXY_URL" -ns "$ns"
 	bt latency -setup -api "$CW_PROXY_URL" -ns "$ns"
@@ -139,6 +142,8 @@ for c in "${CONTROLLERS[@]}"; do
 	echo "  $c: measuring in namespace $ns"
 	bt latency -api "$CW_PROXY_URL" -ns "$ns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$c" -results "$RESULTS"
 done
+
+stop floor
 
 step "idle: CPU used by the three over ${IDLE_SECONDS}s with no change (all three still running)"
 bt idle -seconds "$IDLE_SECONDS" -results "$RESULTS" \

@@ -16,6 +16,7 @@
 //	benchtool chart     -in latency.csv -out chart.png
 //	benchtool summary   -dir results                         the Markdown table
 //	benchtool listprobe -api URL -ns NS                      time pod LISTs right after a ConfigMap write
+//	benchtool floor                                          the latency floor: DELETE on each event, nothing else
 package main
 
 import (
@@ -25,13 +26,13 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
 		"ns": cmdNamespace, "create": cmdCreate, "pods": cmdPods, "latency": cmdLatency,
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
-		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe,
+		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {

@@ -289,5 +289,18 @@ func cmdSummary(args []string) error {
 		line += " | " + ratio(v[0], v[1], ok[0], ok[1]) + " | " + ratio(v[0], v[2], ok[0], ok[2])
 		fmt.Println(line + " | " + q.target + " |")
 	}
+	if floor := stats(lat["floor"]); floor.n > 0 {
+		cw, inf := stats(lat["config-watcher"]), stats(lat["informer"])
+		fmt.Println()
+		fmt.Println("| reaction latency, same run | floor (DELETE on each event, nothing else) | config-watcher | informer | cw / floor | informer / floor |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, q := range []struct {
+			name string
+			f    func(summary) float64
+		}{{"p50 (ms)", func(s summary) float64 { return s.p50 }}, {"p90 (ms)", func(s summary) float64 { return s.p90 }}} {
+			fmt.Printf("| %s | %.1f | %.1f | %.1f | %s | %s |\n", q.name, q.f(floor), q.f(cw), q.f(inf),
+				ratio(q.f(cw), q.f(floor), cw.n > 0, true), ratio(q.f(inf), q.f(floor), inf.n > 0, true))
+		}
+	}
 	return nil
 }
