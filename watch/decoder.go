@@ -117,6 +117,11 @@ func (d *Decoder) readLine() ([]byte, error) {
 	tooLong := false
 	for {
 		chunk, err := d.r.ReadSlice('\n')
+		if err == nil && len(d.line) == 0 && !tooLong {
+			// The whole line is in the reader's buffer, which stays put
+			// until the next read, as long as an event may be used.
+			return chunk, nil
+		}
 		if !tooLong {
 			if len(d.line)+len(chunk) > maxLine {
 				tooLong = true
@@ -146,31 +151,66 @@ func (d *Decoder) readLine() ([]byte, error) {
 	}
 }
 
-// decodeLine parses one line without copying the object.
+// decodeLine parses one line without copying the object. The validation
+// pass also yields the event's members; only the object's metadata is
+// walked again, up to resourceVersion.
 func decodeLine(line []byte) (Event, error) {
-	if !jsonview.Valid(line) {
+	// Where a key repeats, the first counts, as with gjson's Get.
+	var typeToken, object string
+	var haveType, haveObject bool
+	valid := jsonview.ValidVisit(line, func(key, value string) {
+		switch jsonview.Key(key) {
+		case "type":
+			if !haveType {
+				typeToken, haveType = value, true
+			}
+		case "object":
+			if !haveObject {
+				object, haveObject = value, true
+			}
+		}
+	})
+	if !valid {
 		return Event{}, &MalformedError{Reason: "not valid JSON", Length: len(line)}
 	}
-	root := jsonview.Parse(line)
-	if !root.IsObject() {
+	if !isObject(strings.TrimLeft(jsonview.View(line), " \t\r\n")) {
 		return Event{}, &MalformedError{Reason: "not a JSON object", Length: len(line)}
 	}
-	typ, ok := parseType(root.Get("type").String())
+	typ, ok := parseType(jsonview.String(typeToken))
 	if !ok {
-		return Event{}, &MalformedError{Reason: fmt.Sprintf("unknown event type %.40q", root.Get("type").String()), Length: len(line)}
+		return Event{}, &MalformedError{Reason: fmt.Sprintf("unknown event type %.40q", jsonview.String(typeToken)), Length: len(line)}
 	}
-	obj := root.Get("object")
-	if !obj.IsObject() {
+	if !isObject(object) {
 		return Event{}, &MalformedError{Reason: "event has no object", Length: len(line)}
 	}
-	ev := Event{Type: typ, Object: jsonview.Bytes(line, obj)}
+	ev := Event{Type: typ, Object: jsonview.Part(line, object)}
 	if typ == Error {
 		return ev, nil
 	}
-	rv := obj.Get("metadata.resourceVersion").String()
+	rv := ""
+	fields := jsonview.ObjectMembers(object)
+	if metadata, ok := fields.Seek("metadata"); ok {
+		rv = jsonview.String(firstMember(metadata, "resourceVersion"))
+	}
 	if rv == "" {
 		return Event{}, &MalformedError{Reason: string(typ) + " event without metadata.resourceVersion", Length: len(line)}
 	}
 	ev.ResourceVersion = strings.Clone(rv)
 	return ev, nil
+}
+
+// firstMember returns the value token of the first member of obj named key,
+// or "" if there is none.
+func firstMember(obj, key string) string {
+	members := jsonview.ObjectMembers(obj)
+	for k, v, ok := members.Next(); ok; k, v, ok = members.Next() {
+		if jsonview.Key(k) == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func isObject(token string) bool {
+	return len(token) > 0 && token[0] == '{'
 }

@@ -1,4 +1,7 @@
-// Package jsonview lets gjson read a byte buffer without copying it.
+// Package jsonview reads JSON in place: it lets gjson read a byte buffer
+// without copying it, validates a buffer (Valid, ValidVisit), and walks an
+// object's members in one pass (Members), for the hot path of every watch
+// event.
 //
 // A watch line or a list page can be megabytes; gjson.GetBytes copies every
 // result it returns, so reading a 1 MiB ConfigMap through it would allocate
@@ -22,19 +25,34 @@ func Parse(buf []byte) gjson.Result {
 	return gjson.Parse(unsafe.String(&buf[0], len(buf)))
 }
 
-// Valid reports whether buf is one well-formed JSON value.
-func Valid(buf []byte) bool { return gjson.ValidBytes(buf) }
+// View returns buf as a string without copying it. Strings taken from it
+// alias buf.
+func View(buf []byte) string {
+	if len(buf) == 0 {
+		return ""
+	}
+	return unsafe.String(&buf[0], len(buf))
+}
 
 // Bytes returns the part of buf that r's raw text occupies. r must come from
 // Parse(buf) (or a result inside it); otherwise, or for a value gjson had to
 // rebuild, it returns a copy.
 func Bytes(buf []byte, r gjson.Result) []byte {
-	if len(buf) == 0 || r.Raw == "" {
+	if r.Raw == "" {
 		return nil
 	}
-	start := uintptr(unsafe.Pointer(unsafe.StringData(r.Raw))) - uintptr(unsafe.Pointer(&buf[0]))
-	if start < uintptr(len(buf)) && start+uintptr(len(r.Raw)) <= uintptr(len(buf)) {
-		return buf[start : start+uintptr(len(r.Raw)) : start+uintptr(len(r.Raw))]
+	return Part(buf, r.Raw)
+}
+
+// Part returns the part of buf that view occupies. view must be a string
+// taken from View(buf); otherwise it returns a copy.
+func Part(buf []byte, view string) []byte {
+	if len(buf) == 0 {
+		return nil
 	}
-	return []byte(r.Raw)
+	start := uintptr(unsafe.Pointer(unsafe.StringData(view))) - uintptr(unsafe.Pointer(&buf[0]))
+	if start < uintptr(len(buf)) && start+uintptr(len(view)) <= uintptr(len(buf)) {
+		return buf[start : start+uintptr(len(view)) : start+uintptr(len(view))]
+	}
+	return []byte(view)
 }
