@@ -296,7 +296,7 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 		if rv == "" {
 			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
 		}
-		page.Get("items").ForEach(func(_, item gjson.Result) bool {
+		jsonview.Array(page.Get("items")).ForEach(func(_, item gjson.Result) bool {
 			ev := Event{Type: Synced, Object: jsonview.Bytes(body, item)}
 			ev.ResourceVersion = item.Get("metadata.resourceVersion").String()
 			lw.h.Handle(ev)
