@@ -33,6 +33,7 @@ type config struct {
 	EvictTimeout       time.Duration
 	MaxConcurrent      int
 	DryRun             bool
+	PodIndex           bool
 	Events             bool
 	LeaderElect        bool
 	LeaseName          string
@@ -109,14 +110,7 @@ var settings = []setting{
 		c.PodName = v
 		return nil
 	}},
-	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", func(c *config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.RecordHash = b
-		return nil
-	}},
+	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", func(c *config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 64 {
@@ -149,30 +143,10 @@ var settings = []setting{
 		c.MaxConcurrent = n
 		return nil
 	}},
-	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", func(c *config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.DryRun = b
-		return nil
-	}},
-	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", func(c *config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.Events = b
-		return nil
-	}},
-	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", func(c *config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.LeaderElect = b
-		return nil
-	}},
+	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
+	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
+	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
+	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
 		if len(v) > 253 || !isDNSSubdomain(v) {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
@@ -183,6 +157,17 @@ var settings = []setting{
 	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", durationSetting(func(c *config) *time.Duration { return &c.LeaseDuration })},
 	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", durationSetting(func(c *config) *time.Duration { return &c.RenewDeadline })},
 	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", durationSetting(func(c *config) *time.Duration { return &c.RetryPeriod })},
+}
+
+func boolSetting(field func(c *config) *bool) func(c *config, v string) error {
+	return func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		*field(c) = b
+		return nil
+	}
 }
 
 func durationSetting(field func(c *config) *time.Duration) func(c *config, v string) error {

@@ -31,6 +31,7 @@ import (
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/policy"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -105,16 +106,16 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	} else {
 		leading.Set(1)
 	}
+	var podLWs []*watch.ListWatcher
+	if cfg.PodIndex && cfg.RestartStrategy == policy.StrategyDelete {
+		pcfg.Pods, podLWs = podIndexes(cfg.Namespaces, client, log, reg)
+	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	// One list + watch per namespace, or one across the cluster for "*".
 	watchMetrics := watch.NewMetrics(reg)
 	var lws watchers
 	for _, ns := range cfg.Namespaces {
-		path := apiclient.CoreClusterPath("configmaps")
-		if ns != "" {
-			path = apiclient.CorePath(ns, "configmaps", "")
-		}
-		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		lws = append(lws, watch.New(watch.Config{Path: collection(ns, "configmaps"), Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -132,9 +133,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "pod_index", cfg.PodIndex, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
-	for _, lw := range lws {
+	for _, lw := range append(podLWs, lws...) {
 		wg.Go(func() { _ = lw.Run(ctx) })
 	}
 	if recorder != nil {
@@ -167,6 +168,46 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	_ = srv.Shutdown(shutdownCtx)
 	log.Info("stopped")
 	return nil
+}
+
+// collection is the path of a core resource in namespace ns, or in every
+// namespace when ns is "".
+func collection(ns, resource string) string {
+	if ns == "" {
+		return apiclient.CoreClusterPath(resource)
+	}
+	return apiclient.CorePath(ns, resource, "")
+}
+
+// podIndexes makes one pod index per watched namespace (or one for all),
+// each fed by its own metadata-only list + watch, and the lookup the
+// controller uses. An index whose watch is not in sync is not offered, and
+// the indexes are not part of readiness: without them (a Role that
+// predates watch on pods, say) rounds list pods first, as before.
+func podIndexes(namespaces []string, client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) (func(string) policy.PodIndex, []*watch.ListWatcher) {
+	type fed struct {
+		index *podindex.Index
+		lw    *watch.ListWatcher
+	}
+	m := watch.NewMetricsFor(reg, "pod_index")
+	indexes := map[string]fed{}
+	var lws []*watch.ListWatcher
+	for _, ns := range namespaces {
+		idx := podindex.New(log)
+		lw := watch.New(watch.Config{Path: collection(ns, "pods"), MetadataOnly: true}, client, idx, log.With("watch", "pods"), m)
+		indexes[ns] = fed{idx, lw}
+		lws = append(lws, lw)
+	}
+	return func(ns string) policy.PodIndex {
+		f, ok := indexes[ns]
+		if !ok {
+			f, ok = indexes[""]
+		}
+		if !ok || !f.lw.Ready() {
+			return nil
+		}
+		return f.index
+	}, lws
 }
 
 // watchers are the list + watch loops, one per watched namespace.

@@ -33,7 +33,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
-				RestartStrategy: "delete", EvictTimeout: 5 * time.Minute, Events: true,
+				RestartStrategy: "delete", EvictTimeout: 5 * time.Minute, PodIndex: true, Events: true,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
@@ -86,6 +86,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadRestartStrategy", env: map[string]string{"RESTART_STRATEGY": "kill"}, wantErr: "RESTART_STRATEGY"},
 		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS"},
 		{name: "BadEvents", env: map[string]string{"EVENTS": "sometimes"}, wantErr: "EVENTS"},
+		{name: "BadPodIndex", env: map[string]string{"POD_INDEX": "maybe"}, wantErr: "POD_INDEX"},
 		{name: "BadDryRun", env: map[string]string{"DRY_RUN": "perhaps"}, wantErr: "DRY_RUN"},
 		{name: "EvictPacedDryRun", env: map[string]string{"RESTART_STRATEGY": "evict", "EVICT_TIMEOUT": "1m", "MAX_CONCURRENT_RESTARTS": "1", "DRY_RUN": "true"},
 			check: func(t *testing.T, c config) {

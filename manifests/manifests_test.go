@@ -26,6 +26,7 @@ var allowedRules = []string{
 	" configmaps watch",
 	" configmaps patch", // the restarted-for annotation (RECORD_HASH=true, the default)
 	" pods list",
+	" pods watch", // the pod index (POD_INDEX=true, the default)
 	" pods delete",
 	" events create",                 // Kubernetes Events (EVENTS=true, the default)
 	"coordination.k8s.io leases get", // leader election (LEADER_ELECT=true)

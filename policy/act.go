@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tidwall/gjson"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/internal/jsonview"
 	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -29,17 +33,17 @@ const (
 
 // round is the restart of the pods selected by one ConfigMap for one digest.
 type round struct {
-	hash     string
+	hash     digest
 	selector string
 	pods     []podRef // the pods that existed when the round began
 	done     []bool   // done[i]: pods[i] is handled
+	indexed  *indexed // set when the round began from the pod index
 }
 
-type podRef struct{ name, uid string }
-
-// podListAccept asks for metadata only: the controller reads names, uids and
-// deletion timestamps, not whole pod specs.
-const podListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+type podRef struct {
+	name, uid string
+	version   uint64 // metadata.resourceVersion as listed, 0 if unknown
+}
 
 // errNotLeader stops a round when this replica may no longer act.
 var errNotLeader = errors.New("not the leader: round stopped")
@@ -63,7 +67,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		// Nothing to restart. Write the record if it is missing: after an
 		// adoption, or because someone removed it (a controller restart
 		// would otherwise adopt a later change instead of acting on it).
-		if c.cfg.RecordHash && cm.recorded == "" {
+		if c.cfg.RecordHash && cm.recorded.isZero() {
 			if err := c.record(ctx, cm); err != nil {
 				return resultError, err
 			}
@@ -87,31 +91,20 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	}
 	log = log.With("selector", sel.String())
 
-	var intentDone chan error
+	var intent *intentWrite
 	if r == nil || r.hash != cm.hash || r.selector != sel.String() {
-		pods, err := c.listPods(ctx, cm.namespace, sel)
+		r, intent, err = c.beginRound(ctx, cm, sel, log)
 		if err != nil {
-			return resultError, fmt.Errorf("list pods: %w", err)
+			return resultError, err
 		}
-		if cm.intent.hash == cm.hash {
-			// A round for this data began before (we were killed, or lost
-			// the lease): pods not in it were created since, with the new data.
-			pods = slices.DeleteFunc(pods, func(p podRef) bool { return !cm.intent.uids[p.uid] })
-			log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
-		} else {
-			intentDone = c.writeIntent(ctx, cm, pods)
-		}
-		r = &round{hash: cm.hash, selector: sel.String(), pods: pods, done: make([]bool, len(pods))}
 		c.mu.Lock()
 		e.round = r
 		c.mu.Unlock()
-		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods))
 	}
-	err = c.restartAll(ctx, cm.namespace, r, log)
-	if intentDone != nil {
-		if ierr := <-intentDone; ierr != nil {
-			log.Warn("cannot record the round in progress; a crash now would restart replacement pods again", "err", ierr)
-		}
+	err = c.restartAll(ctx, cm.namespace, r, log, intent.begin)
+	intent.wait(log)
+	if err == nil && r.indexed != nil && !r.indexed.swept {
+		err = c.finishSweep(ctx, cm, sel, r, log)
 	}
 	if err != nil {
 		c.roundFailed(cm, err)
@@ -131,6 +124,100 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	return resultRestarted, nil
 }
 
+// beginRound takes the pods a new round restarts: from the pod index when
+// there is one (the sweep confirms them later), else from a LIST, and
+// prepares the round's intent (nil when resuming one).
+func (c *Controller) beginRound(ctx context.Context, cm configMap, sel *selector.Selector, log *slog.Logger) (*round, *intentWrite, error) {
+	r := &round{hash: cm.hash, selector: sel.String()}
+	var intent *intentWrite
+	pods, x, ok := []podRef(nil), (*indexed)(nil), false
+	if cm.intent.hash != cm.hash {
+		pods, x, ok = c.fromIndex(cm.namespace, sel)
+	}
+	if !ok {
+		var err error
+		if pods, err = c.listPods(ctx, cm.namespace, sel); err != nil {
+			return nil, nil, fmt.Errorf("list pods: %w", err)
+		}
+	}
+	if cm.intent.hash == cm.hash {
+		// A round for this data began before (we were killed, or lost
+		// the lease): pods not in it were created since, with the new data.
+		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !cm.intent.uids[p.uid] })
+		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
+	} else {
+		intent = &intentWrite{start: func() chan error { return c.writeIntent(ctx, cm, pods) }}
+	}
+	r.pods, r.done, r.indexed = pods, make([]bool, len(pods)), x
+	log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", x != nil)
+	return r, intent, nil
+}
+
+// intentWrite is a round's intent record, written once, as soon as the
+// round's first restart request has gone out: concurrently with it, so it
+// costs the first deletion no time (on two busy cores even a PATCH sent
+// just before the DELETE delays it by 1.5 ms), and before any answer, so a
+// controller killed mid-round almost surely leaves it behind.
+type intentWrite struct {
+	once  sync.Once
+	start func() chan error
+	done  chan error
+}
+
+// begin starts the write; later calls do nothing. Safe on nil.
+func (w *intentWrite) begin() {
+	if w != nil {
+		w.once.Do(func() { w.done = w.start() })
+	}
+}
+
+// wait starts the write if no request went out, and waits for it.
+func (w *intentWrite) wait(log *slog.Logger) {
+	if w == nil {
+		return
+	}
+	w.begin()
+	if w.done == nil {
+		return
+	}
+	if err := <-w.done; err != nil {
+		log.Warn("cannot record the round in progress; a crash now would restart replacement pods again", "err", err)
+	}
+	w.done = nil
+}
+
+// finishSweep sweeps a round that began from the index and restarts the
+// pods the index had missed, recording them in the intent first.
+func (c *Controller) finishSweep(ctx context.Context, cm configMap, sel *selector.Selector, r *round, log *slog.Logger) error {
+	missed, err := c.sweep(ctx, cm.namespace, sel, r, log)
+	if err != nil {
+		return fmt.Errorf("sweep: list pods: %w", err)
+	}
+	if len(missed) > 0 {
+		log.Info("restarting pods the index had not seen yet", "pods", len(missed))
+		r.pods = append(r.pods, missed...)
+		r.done = append(r.done, make([]bool, len(missed))...)
+		// The intent must name them before they go (the first write has
+		// landed: reconcile waited for it).
+		pods := slices.Clone(r.pods)
+		(&intentWrite{start: func() chan error { return c.writeIntent(ctx, cm, pods) }}).wait(log)
+		if err := c.restartAll(ctx, cm.namespace, r, log, nil); err != nil {
+			return err
+		}
+	}
+	r.indexed.swept = true
+	return nil
+}
+
+// answerVersion reads metadata.resourceVersion from an API answer.
+func answerVersion(body []byte) uint64 {
+	if !jsonview.Valid(body) {
+		return 0
+	}
+	v, _ := strconv.ParseUint(jsonview.Parse(body).Get("metadata.resourceVersion").String(), 10, 64)
+	return v
+}
+
 // event records an Event on cm, if events are on.
 func (c *Controller) event(cm configMap, typ, reason, message string) {
 	if c.cfg.Events == nil {
@@ -148,10 +235,10 @@ func (c *Controller) roundFailed(cm configMap, err error) {
 }
 
 // shortHash abbreviates a digest for messages.
-func shortHash(h string) string { return truncate(h, len(digestPrefix)+12) }
+func shortHash(h digest) string { return truncate(h.String(), len(digestPrefix)+12) }
 
 // finish remembers that the pods now run with hash.
-func (c *Controller) finish(key, hash string, r *round) {
+func (c *Controller) finish(key string, hash digest, r *round) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
@@ -169,7 +256,7 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 	q := url.Values{"labelSelector": {sel.String()}, "limit": {"500"}}
 	path := apiclient.CorePath(namespace, "pods", "")
 	for {
-		body, err := c.api.Get(ctx, path, q, podListAccept)
+		body, err := c.api.Get(ctx, path, q, watch.MetadataListAccept) // names, uids and deletion timestamps, not specs
 		if err != nil {
 			if apiclient.IsForbidden(err) {
 				return nil, fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
@@ -180,7 +267,7 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 			return nil, fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
 		}
 		page := jsonview.Parse(body)
-		page.Get("items").ForEach(func(_, item gjson.Result) bool {
+		jsonview.Array(page.Get("items")).ForEach(func(_, item gjson.Result) bool {
 			meta := item.Get("metadata")
 			name, uid := meta.Get("name").String(), meta.Get("uid").String()
 			switch {
@@ -191,7 +278,8 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 			case name == c.cfg.OwnPod:
 				c.log.Info("not deleting own pod", "namespace", namespace, "pod", name)
 			default:
-				pods = append(pods, podRef{name: strings.Clone(name), uid: strings.Clone(uid)})
+				version, _ := strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
+				pods = append(pods, podRef{name: strings.Clone(name), uid: strings.Clone(uid), version: version})
 			}
 			return true
 		})
@@ -246,7 +334,7 @@ func (c *Controller) record(ctx context.Context, cm configMap) error {
 		return errNotLeader
 	}
 	annotations := map[string]any{RestartedForAnnotation: cm.hash}
-	if cm.intent.hash != "" || c.wroteIntent(cm) {
+	if !cm.intent.hash.isZero() || c.wroteIntent(cm) {
 		annotations[RestartingAnnotation] = nil // the round is over
 	}
 	patch, err := json.Marshal(map[string]any{

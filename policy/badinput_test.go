@@ -144,7 +144,7 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 	shapeHash := func(t *testing.T, raw string) string {
 		cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
 		require.NoError(t, err)
-		return cm.hash
+		return cm.hash.String()
 	}
 	const head = `{"kind":"ConfigMap","metadata":{"name":"webapp-config","namespace":"ns","uid":"cm-uid-1","resourceVersion":"42","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"`
 
@@ -172,7 +172,7 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		start(t, c)
 		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
 		require.NoError(t, err)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash, binaryData: bin("two")})
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.String(), binaryData: bin("two")})
 		settle(t, c)
 		assert.Len(t, api.deletedPods(), 3)
 		assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
@@ -183,7 +183,7 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		start(t, c)
 		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
 		require.NoError(t, err)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash, binaryData: bin("one")})
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.String(), binaryData: bin("one")})
 		settle(t, c)
 		assert.Empty(t, api.requests)
 	})

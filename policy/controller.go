@@ -14,7 +14,9 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -59,6 +61,12 @@ type Config struct {
 	// MayAct, if set, is asked before every write; false stops the round
 	// (a leader whose lease may have lapsed must not delete anything).
 	MayAct func() bool
+	// Pods, if set, returns the live pod index covering a namespace (nil
+	// for none). With one, a round deletes the pods the index selects at
+	// once and confirms with a LIST afterwards; without, it lists first.
+	Pods func(namespace string) PodIndex
+	// sweepWait overrides defaultSweepWait in tests.
+	sweepWait time.Duration
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -78,16 +86,16 @@ var _ API = (*apiclient.Client)(nil)
 
 // entry is the controller's memory of one annotated ConfigMap.
 type entry struct {
-	cm     configMap // latest observed state
-	exists bool      // false once deleted: a tombstone remembering done
-	// seenRecorded is the last RestartedForAnnotation value observed. A new
-	// value is a write (ours or a peer's) and updates done; an old one seen
-	// again comes from an event older than our own write and is ignored.
-	seenRecorded string
-	// done is the digest the pods were last restarted for (or adopted at).
-	done string
+	// cm is the latest observed state. Its recorded is also the last
+	// RestartedForAnnotation value observed: a new value is a write (ours
+	// or a peer's) and updates done; an old one seen again comes from an
+	// event older than our own write and is ignored.
+	cm     configMap
+	exists bool // false once deleted: a tombstone remembering done
 	// adopted: done was taken from the first sighting, not from a round.
 	adopted bool
+	// done is the digest the pods were last restarted for (or adopted at).
+	done digest
 	// round is the restart in progress for a digest, kept across retries so
 	// a retry only deletes pods that existed when the round began: pods
 	// created since were started with the new data.
@@ -114,6 +122,12 @@ type Controller struct {
 
 	// intents holds the keys this process wrote a RestartingAnnotation for.
 	intents sync.Map
+
+	// unsynced counts the scopes whose first list has not ended. Once none
+	// has and the queue first runs dry (the adoptions are written), the
+	// memory of the initial sync goes back to the OS: see releaseAfterSync.
+	unsynced atomic.Int32
+	released atomic.Bool
 }
 
 var _ watch.Handler = (*Controller)(nil)
@@ -135,6 +149,9 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	if cfg.EvictTimeout <= 0 {
 		cfg.EvictTimeout = 5 * time.Minute
 	}
+	if cfg.sweepWait <= 0 {
+		cfg.sweepWait = defaultSweepWait
+	}
 	c := &Controller{
 		cfg:     cfg,
 		api:     api,
@@ -154,15 +171,24 @@ type scope struct {
 	c         *Controller
 	namespace string
 	start     uint64 // seq when the current list began
+	// counted: the scope is in c.unsynced until its first list ends.
+	counted, listed bool
 }
 
 // ForNamespace returns the handler for a ListWatcher of one namespace, or of
 // all namespaces when namespace is "".
 func (c *Controller) ForNamespace(namespace string) watch.Handler {
-	if namespace == "" {
-		return c.all
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.all
+	if namespace != "" {
+		s = &scope{c: c, namespace: namespace}
 	}
-	return &scope{c: c, namespace: namespace}
+	if !s.counted {
+		s.counted = true
+		c.unsynced.Add(1)
+	}
+	return s
 }
 
 func (s *scope) BeginList() {
@@ -177,7 +203,6 @@ func (s *scope) BeginList() {
 func (s *scope) EndList() {
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for key, e := range c.entries {
 		if e.seen > s.start || (s.namespace != "" && e.cm.namespace != s.namespace) {
 			continue
@@ -189,6 +214,29 @@ func (s *scope) EndList() {
 			continue
 		}
 		delete(c.entries, key)
+	}
+	if s.counted && !s.listed {
+		s.listed = true
+		c.unsynced.Add(-1)
+	}
+	c.mu.Unlock()
+	c.releaseAfterSync()
+}
+
+// releaseAfterSync returns the memory of the initial sync to the OS once,
+// when every scope has listed and the queue has run dry. Reading the list
+// pages and writing the adoption records grows the heap to several times
+// what the controller then keeps (a digest and a few names per ConfigMap),
+// and the runtime would return the difference only slowly: measured with
+// 5,000 ConfigMaps, 6.2 MiB of anonymous memory instead of 4 MiB, with
+// 20,000, 16.8 MiB instead of 7.5 MiB. A standby, whose queue is not
+// worked, keeps it.
+func (c *Controller) releaseAfterSync() {
+	if c.released.Load() || c.unsynced.Load() > 0 || !c.queue.idle() {
+		return
+	}
+	if c.released.CompareAndSwap(false, true) {
+		debug.FreeOSMemory()
 	}
 }
 
@@ -202,7 +250,7 @@ func (c *Controller) EndList() { c.all.EndList() }
 
 // Handle implements watch.Handler. It only records state and queues work.
 func (c *Controller) Handle(ev watch.Event) {
-	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
+	cm, data, binaryData, err := readConfigMap(ev.Object, c.cfg.SelectorAnnotation)
 	if err != nil {
 		c.metrics.SkippedObjects.Inc()
 		c.log.Warn("skipping object", "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
@@ -212,29 +260,44 @@ func (c *Controller) Handle(ev watch.Event) {
 		c.forget(cm)
 		return
 	}
+	if !cm.hasSelector {
+		// Not (or no longer) ours: its data does not matter.
+		c.drop(cm)
+		return
+	}
+	cm.hash = dataHash(data, binaryData)
 	if c.observe(cm) {
 		c.queue.Add(cm.key())
 	}
 }
 
-// observe stores cm and reports whether it may need action.
-func (c *Controller) observe(cm configMap) bool {
+// drop forgets a ConfigMap that is not ours. If the annotation comes back,
+// the ConfigMap is adopted afresh.
+func (c *Controller) drop(cm configMap) {
+	var buf [128]byte
+	key := cm.appendKey(buf[:0])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := cm.key()
-	e := c.entries[key]
-	if !cm.hasSelector {
-		// Not (or no longer) ours. If the annotation comes back, the
-		// ConfigMap is adopted afresh.
-		delete(c.entries, key)
-		return false
+	if _, ok := c.entries[string(key)]; ok {
+		delete(c.entries, string(key))
 	}
+}
+
+// observe stores cm, whose strings may alias the event, and reports whether
+// it may need action.
+func (c *Controller) observe(cm configMap) bool {
+	var buf [128]byte
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[string(cm.appendKey(buf[:0]))]
 	if e == nil {
 		// First sight and no record: we cannot know which data the pods
 		// run with, so restarting them would be a guess. Adopt the data
 		// as it is now; the worker records it.
 		e = &entry{done: cm.hash, adopted: true}
-		c.entries[key] = e
+		c.entries[cm.own()] = e
+	} else {
+		cm.keepFrom(e.cm)
 	}
 	c.seq++
 	e.seen = c.seq // it exists: a relist that shows it unchanged keeps it
@@ -244,27 +307,27 @@ func (c *Controller) observe(cm configMap) bool {
 		// our own and would start a second round for a handled change.
 		return false
 	}
+	seenRecorded := e.cm.recorded
 	if e.cm.uid != cm.uid {
 		// A new object under this name: its annotations start from nothing,
 		// but done (from the object it replaces) still tells what the pods
 		// run with, so different data counts as a change.
-		e.seenRecorded = ""
+		seenRecorded = digest{}
 	}
-	if cm.recorded != e.seenRecorded {
-		e.seenRecorded = cm.recorded
-		if cm.recorded != "" {
-			e.done, e.adopted = cm.recorded, false
-		}
+	if cm.recorded != seenRecorded && !cm.recorded.isZero() {
+		e.done, e.adopted = cm.recorded, false
 	}
 	e.cm = cm
 	e.exists = true
-	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded == "")
+	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded.isZero())
 }
 
 func (c *Controller) forget(cm configMap) {
+	var buf [128]byte
+	key := cm.appendKey(buf[:0])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[cm.key()]; e != nil {
+	if e := c.entries[string(key)]; e != nil {
 		e.exists = false
 		c.seq++
 		e.seen = c.seq
@@ -337,6 +400,7 @@ func (c *Controller) work(ctx context.Context) {
 			c.retryMu.Unlock()
 		}
 		c.queue.Done(key)
+		c.releaseAfterSync()
 	}
 }
 

@@ -115,7 +115,7 @@ func TestHashIgnoresKeyOrderAndEscaping(t *testing.T) {
 	digest := func(raw string) string {
 		cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
 		require.NoError(t, err)
-		return cm.hash
+		return cm.hash.String()
 	}
 	const meta = `"metadata":{"name":"c","namespace":"ns"}`
 	same := []string{

@@ -1,13 +1,86 @@
 package policy
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"hash"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 )
+
+// digest is the SHA-256 of a ConfigMap's data (see dataHash), kept as its
+// 32 bytes: the text form, 71 bytes and an allocation, exists only at the
+// edges, in annotations and logs. The zero value stands for no digest.
+type digest [sha256.Size]byte
+
+const digestPrefix = "sha256:"
+
+// String is the annotation's form, "sha256:<64 hex digits>", or "" for none.
+func (d digest) String() string {
+	if d.isZero() {
+		return ""
+	}
+	return string(d.appendText(nil))
+}
+
+// MarshalText gives the annotation's form to encoding/json (patches) and
+// log/slog (both handlers).
+func (d digest) MarshalText() ([]byte, error) {
+	if d.isZero() {
+		return []byte{}, nil
+	}
+	return d.appendText(nil), nil
+}
+
+func (d digest) appendText(b []byte) []byte {
+	b = append(b, digestPrefix...)
+	return hex.AppendEncode(b, d[:])
+}
+
+func (d digest) isZero() bool { return d == digest{} }
+
+// parseDigest reads the annotation's form. A string that is not one, or is
+// the all-zero digest (no SHA-256 of anything), is not a digest.
+func parseDigest(s string) (digest, bool) {
+	var d digest
+	if len(s) != len(digestPrefix)+2*len(d) || !strings.HasPrefix(s, digestPrefix) {
+		return digest{}, false
+	}
+	text := s[len(digestPrefix):]
+	for i := range d {
+		hi, ok1 := hexDigit(text[2*i])
+		lo, ok2 := hexDigit(text[2*i+1])
+		if !ok1 || !ok2 {
+			return digest{}, false
+		}
+		d[i] = hi<<4 | lo
+	}
+	return d, !d.isZero()
+}
+
+// digestWriters are reused: a writer's hash state and buffer would
+// otherwise be allocated for every event, as the hash.Hash interface makes
+// them escape.
+var digestWriters = sync.Pool{New: func() any { return &digestWriter{h: sha256.New()} }}
+
+// release resets d and returns it to digestWriters.
+func (d *digestWriter) release() {
+	d.h.Reset()
+	d.n = 0
+	clear(d.members) // holds views of the last object
+	if cap(d.members) > maxPooledMembers {
+		d.members = nil
+	}
+	d.members = d.members[:0]
+	digestWriters.Put(d)
+}
+
+// maxPooledMembers bounds the sort buffer a pooled writer keeps.
+const maxPooledMembers = 1024
 
 // digestWriter feeds length-prefixed fields into a hash without allocating:
 // strings are written through a read-only byte view, and JSON string tokens
@@ -18,6 +91,11 @@ type digestWriter struct {
 	h   hash.Hash
 	buf [512]byte
 	n   int
+	// sum receives the hash; members is the sort buffer of writeSection.
+	sum     digest
+	members []member
+	// text receives a decoded value, if it fits: most values do.
+	text [4096]byte
 }
 
 func (d *digestWriter) flush() {
@@ -46,10 +124,7 @@ func (d *digestWriter) writeUint(n uint64) {
 // writeString writes a length-prefixed field.
 func (d *digestWriter) writeString(s string) {
 	d.writeUint(uint64(len(s)))
-	d.flush()
-	if len(s) > 0 {
-		d.h.Write(unsafe.Slice(unsafe.StringData(s), len(s))) // hash.Hash never keeps or changes its input
-	}
+	d.writeRaw(s)
 }
 
 // writeJSONString writes the decoded value of a JSON string token (with its
@@ -57,9 +132,33 @@ func (d *digestWriter) writeString(s string) {
 // decoded string, so "\u003c" and "<" give the same digest.
 func (d *digestWriter) writeJSONString(token string) {
 	body := token[1 : len(token)-1]
+	if len(body) <= len(d.text) {
+		// One pass instead of two (length, then text). append grows past
+		// the array only for invalid escapes, which decode longer.
+		text := appendUnescaped(d.text[:0], body)
+		d.writeUint(uint64(len(text)))
+		if len(text) > 0 {
+			d.writeRaw(unsafe.String(&text[0], len(text)))
+		}
+		return
+	}
 	d.writeUint(uint64(unescape(body, nil)))
 	unescape(body, d)
-	d.flush()
+}
+
+// appendUnescaped appends the decoded JSON string body s to dst, exactly as
+// unescape decodes it.
+func appendUnescaped(dst []byte, s string) []byte {
+	for {
+		i := strings.IndexByte(s, '\\')
+		if i < 0 || i == len(s)-1 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		r, size := decodeEscape(s[i:])
+		dst = utf8.AppendRune(dst, r)
+		s = s[i+size:]
+	}
 }
 
 // unescape decodes a JSON string body (no quotes), writing the bytes to d
@@ -151,17 +250,23 @@ func hex4(s string, i int) (rune, bool) {
 	}
 	var r rune
 	for _, c := range []byte(s[i : i+4]) {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
+		v, ok := hexDigit(c)
+		if !ok {
 			return 0, false
 		}
-		r = r<<4 | rune(c)
+		r = r<<4 | rune(v)
 	}
 	return r, true
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -13,13 +14,17 @@ import (
 )
 
 // decodeWithUnescape runs unescape over a JSON string token and returns the
-// bytes it wrote and the length it counted.
+// bytes it wrote and the length it counted (or what appendUnescaped, which
+// must agree, decoded instead).
 func decodeWithUnescape(token string) (string, int) {
 	var got strings.Builder
 	h := &captureHash{b: &got}
 	d := digestWriter{h: h}
 	n := unescape(token[1:len(token)-1], &d)
 	d.flush()
+	if appended := string(appendUnescaped(nil, token[1:len(token)-1])); appended != got.String() {
+		return "appendUnescaped disagrees: " + appended, n
+	}
 	return got.String(), n
 }
 
@@ -61,7 +66,7 @@ func digestOf(t *testing.T, data map[string]string) string {
 	require.NoError(t, err)
 	cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
 	require.NoError(t, err)
-	return cm.hash
+	return cm.hash.String()
 }
 
 // FuzzUnescape ensures the unescaper agrees with encoding/json on every
@@ -206,4 +211,55 @@ func hasDuplicateKeys(raw []byte, obj map[string]any) bool {
 		}
 	}
 	return false
+}
+
+// TestDigestIsPinned ensures the digest of given content never changes: it
+// is persisted in RestartedForAnnotation on users' ConfigMaps, and a new
+// value for the same data would restart every annotated ConfigMap's pods
+// once after an upgrade. The values were computed by the first release's
+// implementation; never update them.
+func TestDigestIsPinned(t *testing.T) {
+	const meta = `"metadata":{"name":"c","namespace":"n"}`
+	for _, tt := range []struct{ name, raw, want string }{
+		{"NoSections", `{` + meta + `}`, "sha256:9df22baa5d3027697581a97a76161b639b16a9125e7b46cb8a890887d6c2135b"},
+		{"NullSections", `{` + meta + `,"data":null,"binaryData":null}`, "sha256:9df22baa5d3027697581a97a76161b639b16a9125e7b46cb8a890887d6c2135b"},
+		{"EmptyData", `{` + meta + `,"data":{}}`, "sha256:9df22baa5d3027697581a97a76161b639b16a9125e7b46cb8a890887d6c2135b"},
+		{"OneKey", `{` + meta + `,"data":{"message":"Hello Kubernetes Patterns"}}`, "sha256:eb14bb9b91e297b9529f43db98d5b1a0d8716314bb7fd0bd295ac28eb0adcfcb"},
+		{"KeysSorted", `{` + meta + `,"data":{"b":"2","a":"1","c":""}}`, "sha256:321341fe7e91282f5072653c8b191e93071bbde67a5c4e755bdfa6a689d52ad5"},
+		{"Escapes", `{` + meta + `,"data":{"a\u0062":"line\n\"q\"\\\/\t\u003c\u00e9\ud83d\ude00 \ud83dx"}}`, "sha256:ed4b19572ba2f7859ae2c3dfb43575f5df76752e02ef3e8c6f5aa33a3cba824f"},
+		{"RawUTF8", `{` + meta + `,"data":{"k":"žluťoučký 東京"}}`, "sha256:01ba0c4e1edad78ad48278b15939f095104ea7216339b93e145be2b789edb19d"},
+		{"BinaryData", `{` + meta + `,"binaryData":{"blob":"AAECAw=="}}`, "sha256:de003d517a6662215c4bd11ad8c5b84be7d880c4d3e04ca9378a8eb3310e43fd"},
+		{"DataAndBinaryData", `{` + meta + `,"binaryData":{"x":"AA=="},"data":{"x":"y"}}`, "sha256:bbbde2407cd3172bfcb50f418e5db811d103b86127c8e4e3ac8d0f9470360533"},
+		{"NonStringValues", `{` + meta + `,"data":{"n":1,"o":{"a":[1,2]},"t":true,"z":null}}`, "sha256:385163010e9c187ea35e3b2faff077efa6f8132171247b0f75dae93443e2e8d9"},
+		{"SectionNotAnObject", `{` + meta + `,"data":"x","binaryData":[1]}`, "sha256:3b2b9e9ef4d664d3dcdcac2402c9883fed3aa718a62d53a22140528c679dd1fe"},
+		{"DuplicateKeys", `{` + meta + `,"data":{"a":"1","a":"2"}}`, "sha256:2c7629f5f120407cf48e516998ee2f79a173fd4100c468a1fdea1314c70300b2"},
+		{"EscapedSectionName", `{` + meta + `,"d\u0061ta":{"a":"1"}}`, "sha256:951d385aae3fe24f495ff10fc885c6fadd14ad90fff625cc871fcda33b6b1286"},
+		{"RepeatedSectionFirstCounts", `{` + meta + `,"data":{"a":"1"},"data":{"a":"2"}}`, "sha256:951d385aae3fe24f495ff10fc885c6fadd14ad90fff625cc871fcda33b6b1286"},
+		{"Whitespace", "{ " + meta + " , \"data\" : { \"a\" : \"1\" ,\n\t\"b\":\"2\" } }", "sha256:26f5cb22fb53c1cd5699e0081d2ed546ba52e2954180fbb0696b81a10ebb411a"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cm, err := parseConfigMap([]byte(tt.raw), DefaultSelectorAnnotation)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cm.hash.String())
+		})
+	}
+}
+
+// TestDigestOfRecordedEventsIsPinned pins the digest of real API objects,
+// as the recorded watch events serve them.
+func TestDigestOfRecordedEventsIsPinned(t *testing.T) {
+	for _, tt := range []struct{ file, want string }{
+		{"modified-1kib.ndjson", "sha256:b5cbdf4758dd3da52be2eb7752e80ff3e3fc41d07aafcf17b5becd9696315daa"},
+		{"modified-100kib.ndjson", "sha256:d6dea42f2293577fa97e3e84beeccf028e05be6819f7b1516f178ac2edb41f80"},
+		{"modified-1mib.ndjson", "sha256:56f1c5ea06efe7bf07ff5eb9cbae77d276d9053048d1051de344a2081323e3f1"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			raw, err := os.ReadFile("../testdata/recorded/" + tt.file)
+			require.NoError(t, err)
+			line, _, _ := strings.Cut(string(raw), "\n")
+			cm, err := parseConfigMap([]byte(gjson.Get(line, "object").Raw), DefaultSelectorAnnotation)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cm.hash.String())
+		})
+	}
 }

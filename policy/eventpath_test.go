@@ -63,7 +63,7 @@ func BenchmarkEventPath(b *testing.B) {
 						b.Fatal(err)
 					}
 					cm, err := parseConfigMap(ev.Object, DefaultSelectorAnnotation)
-					if err != nil || cm.hash == "" || !cm.hasSelector {
+					if err != nil || cm.hash.isZero() || !cm.hasSelector {
 						b.Fatalf("parse: %v %+v", err, cm)
 					}
 				}

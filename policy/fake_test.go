@@ -27,6 +27,7 @@ type fakePod struct {
 	name, uid   string
 	labels      map[string]string
 	terminating bool
+	version     uint64 // resourceVersion; the fake's revision counter when 0
 }
 
 // request is what the fake server saw.
@@ -49,11 +50,18 @@ type fakeAPI struct {
 	fault    func(r request) (status int, body string, ok bool)
 	srv      *httptest.Server
 	nextUID  int
+	// revision numbers writes, as etcd does; pods created by addPod and
+	// deletions take the next one.
+	revision uint64
 }
 
 func newFakeAPI(t *testing.T, pods ...*fakePod) *fakeAPI {
-	f := &fakeAPI{t: t, pods: map[string]*fakePod{}, pageSize: 2}
+	f := &fakeAPI{t: t, pods: map[string]*fakePod{}, pageSize: 2, revision: 10}
 	for _, p := range pods {
+		if p.version == 0 {
+			f.revision++
+			p.version = f.revision
+		}
 		f.pods[p.name] = p
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -67,12 +75,15 @@ func (f *fakeAPI) client() *apiclient.Client {
 	return c
 }
 
-// addPod adds a pod, as a ReplicaSet would.
-func (f *fakeAPI) addPod(name string, labels map[string]string) {
+// addPod adds a pod, as a ReplicaSet would, and returns it.
+func (f *fakeAPI) addPod(name string, labels map[string]string) fakePod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextUID++
-	f.pods[name] = &fakePod{name: name, uid: fmt.Sprintf("uid-new-%d", f.nextUID), labels: labels}
+	f.revision++
+	p := &fakePod{name: name, uid: fmt.Sprintf("uid-new-%d", f.nextUID), labels: labels, version: f.revision}
+	f.pods[name] = p
+	return *p
 }
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
@@ -145,10 +156,10 @@ func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
 		start, _ = strconv.Atoi(c)
 	}
 	end := min(start+f.pageSize, len(names))
-	items := []map[string]any{}
+	var items []map[string]any // null when empty, as the real server answers metadata-only lists
 	for _, n := range names[start:end] {
 		p := f.pods[n]
-		meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels}
+		meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels, "resourceVersion": strconv.FormatUint(p.version, 10)}
 		if p.terminating {
 			meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
 		}
@@ -180,10 +191,13 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 	case opts.Preconditions.UID != p.uid:
 		writeStatus(w, 409, "Conflict", "Precondition failed: UID in precondition: "+opts.Preconditions.UID+", UID in object meta: "+p.uid)
 	default:
+		rv := p.version
 		if len(opts.DryRun) == 0 {
 			delete(f.pods, name)
+			f.revision++
+			rv = f.revision
 		}
-		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q}}`, name)
+		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q,"resourceVersion":"%d"}}`, name, rv)
 	}
 }
 
@@ -193,14 +207,14 @@ func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`, msg, reason, code)
 }
 
-// seen returns the requests with the given method and resource ("pods",
+// seen returns the requests with the given method (any if "") and resource ("pods",
 // "configmaps").
 func (f *fakeAPI) seen(method, resource string) []request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []request
 	for _, r := range f.requests {
-		if r.method == method && strings.Contains(r.path, "/"+resource) {
+		if (method == "" || r.method == method) && strings.Contains(r.path, "/"+resource) {
 			out = append(out, r)
 		}
 	}
@@ -329,7 +343,7 @@ func (s cmSpec) json(t *testing.T) []byte {
 func hashOf(t *testing.T, data map[string]string) string {
 	cm, err := parseConfigMap(cmSpec{data: data, selector: ptr("app=x")}.json(t), DefaultSelectorAnnotation)
 	require.NoError(t, err)
-	return cm.hash
+	return cm.hash.String()
 }
 
 // DefaultSelectorAnnotation is the book's annotation, used by the tests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"time"
@@ -26,8 +27,9 @@ const (
 
 // restartAll restarts the round's pods that are not done yet, at most
 // MaxConcurrentRestarts at a time (all at once when it is 0). A pod that
-// fails stays not done, so a retried round restarts only those.
-func (c *Controller) restartAll(ctx context.Context, namespace string, r *round, log *slog.Logger) error {
+// fails stays not done, so a retried round restarts only those. sent, if
+// set, is called when the first request has been written to the server.
+func (c *Controller) restartAll(ctx context.Context, namespace string, r *round, log *slog.Logger, sent func()) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(r.pods)
@@ -69,22 +71,33 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 			fail(errNotLeader)
 			break
 		}
+		reqCtx := ctx
+		if first := sent; first != nil {
+			reqCtx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { first() }})
+			sent = nil
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := c.restartPod(ctx, namespace, r.pods[i], log); err != nil {
+			rv, err := c.restartPod(reqCtx, namespace, r.pods[i], log)
+			if err != nil {
 				fail(err)
 				return
 			}
 			r.done[i] = true // each goroutine owns its own element
+			if r.indexed != nil && !c.cfg.DryRun && rv != 0 {
+				r.indexed.noteDeleted(r.pods[i].uid, rv)
+			}
 		})
 	}
 	wg.Wait()
 	return firstErr
 }
 
-func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+// restartPod restarts one pod. For a deletion the server answered with the
+// pod, it returns the answer's resourceVersion: the revision of the deletion.
+func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (uint64, error) {
 	if c.cfg.Strategy == StrategyEvict {
-		return c.evictPod(ctx, namespace, pod, log)
+		return 0, c.evictPod(ctx, namespace, pod, log)
 	}
 	return c.deletePod(ctx, namespace, pod, log)
 }
@@ -147,10 +160,14 @@ func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *s
 	}
 }
 
-// deletePod deletes one pod.
-func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
-	_, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
-	return c.outcome(deleteVerb, namespace, pod, log, err)
+// deletePod deletes one pod and returns the resourceVersion of the answer
+// (0 if it is not a pod's).
+func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (uint64, error) {
+	body, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+	if err := c.outcome(deleteVerb, namespace, pod, log, err); err != nil {
+		return 0, err
+	}
+	return answerVersion(body), nil
 }
 
 // evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"context"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,6 +191,34 @@ func TestInterruptedRoundResumes(t *testing.T) {
 		assert.Equal(t, hashOf(t, v2)+"/uid-1,uid-2,uid-3", api.intents()[0])
 		assert.Equal(t, "", api.intents()[1], "the record of the round is removed with the final record")
 	})
+	t.Run("RecordGoesOutWithTheFirstDeletionNotBefore", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		recorded := make(chan struct{})
+		var once sync.Once
+		var heldUntilRecorded bool
+		api.fault = func(r request) (int, string, bool) {
+			switch {
+			case r.method == http.MethodPatch && strings.Contains(r.body, RestartingAnnotation):
+				once.Do(func() { close(recorded) })
+			case r.method == http.MethodDelete:
+				// No answer until the record is written: it must not wait
+				// for one.
+				select {
+				case <-recorded:
+					heldUntilRecorded = true
+				case <-time.After(waitFor):
+				}
+			}
+			return 0, "", false
+		}
+		calls := &callOrder{API: api.client()}
+		c, m := newTestController(t, calls, Config{RecordHash: true, MaxConcurrentRestarts: 1})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		assert.True(t, heldUntilRecorded, "the record went out while the first DELETE awaited its answer")
+		assert.Equal(t, []string{"DELETE", "PATCH"}, calls.first(2, http.MethodGet), "after the list: the first DELETE, then the record")
+	})
 	t.Run("ResumeSkipsReplacements", func(t *testing.T) {
 		api := newFakeAPI(t, webPods()...) // webapp-2 stands for a replacement: not in the record
 		c, m := newTestController(t, api.client(), Config{RecordHash: true})
@@ -207,4 +238,40 @@ func TestInterruptedRoundResumes(t *testing.T) {
 		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
 		assert.Len(t, api.deletedPods(), 3, "a record of an older round says nothing about this one")
 	})
+}
+
+// callOrder is an API that remembers the order in which calls began.
+type callOrder struct {
+	API
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *callOrder) began(method string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, method)
+}
+
+// first returns the first n calls, leaving out those of method skip.
+func (o *callOrder) first(n int, skip string) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	calls := slices.DeleteFunc(slices.Clone(o.calls), func(m string) bool { return m == skip })
+	return calls[:min(n, len(calls))]
+}
+
+func (o *callOrder) Get(ctx context.Context, path string, q url.Values, accept string) ([]byte, error) {
+	o.began(http.MethodGet)
+	return o.API.Get(ctx, path, q, accept)
+}
+
+func (o *callOrder) Delete(ctx context.Context, path string, body []byte) ([]byte, error) {
+	o.began(http.MethodDelete)
+	return o.API.Delete(ctx, path, body)
+}
+
+func (o *callOrder) MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error) {
+	o.began(http.MethodPatch)
+	return o.API.MergePatch(ctx, path, patch)
 }

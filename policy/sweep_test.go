@@ -1,0 +1,207 @@
+package policy
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/podindex"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// podEvent is a metadata-only pod as a watch carries it.
+func podEvent(t *testing.T, typ watch.EventType, p fakePod) watch.Event {
+	meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels,
+		"resourceVersion": strconv.FormatUint(p.version, 10)}
+	if p.terminating {
+		meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+	}
+	raw, err := json.Marshal(map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+	require.NoError(t, err)
+	return watch.Event{Type: typ, Object: raw, ResourceVersion: strconv.FormatUint(p.version, 10)}
+}
+
+// indexOf returns a pod index that listed pods.
+func indexOf(t *testing.T, pods ...*fakePod) *podindex.Index {
+	x := podindex.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	x.BeginList()
+	for _, p := range pods {
+		x.Handle(podEvent(t, watch.Synced, *p))
+	}
+	x.EndList()
+	return x
+}
+
+// withIndex sets cfg.Pods to x for every namespace.
+func withIndex(cfg Config, x *podindex.Index) Config {
+	cfg.Pods = func(string) PodIndex { return x }
+	return cfg
+}
+
+// TestIndexedRoundDeletesBeforeListing ensures a round with a synced index
+// sends its deletions before any LIST, and confirms with one sweep after.
+func TestIndexedRoundDeletesBeforeListing(t *testing.T) {
+	pods := webPods()
+	api := newFakeAPI(t, pods...)
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, indexOf(t, pods...)))
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+	var order []string
+	for _, r := range api.seen("", "pods") {
+		order = append(order, r.method)
+	}
+	assert.Equal(t, http.MethodDelete, order[0], "the first pod request is a deletion: %v", order)
+	assert.Equal(t, []string{http.MethodGet}, order[3:], "then one sweep LIST (one page: only the terminating pod is left)")
+	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
+	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+}
+
+// TestSweep ensures the sweep restarts the pods that started before the
+// round but that the index had not seen, and leaves those created after
+// the round's first deletion.
+func TestSweep(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	tests := []struct {
+		name string
+		// deleting runs as webapp-1 (the only indexed pod) is deleted,
+		// before the server answers; during runs before the sweep lists.
+		// Either may add pods and tell the index of them.
+		deleting    func(api *fakeAPI, x *podindex.Index)
+		during      func(api *fakeAPI, x *podindex.Index)
+		wantDeleted []string
+		wantIntent  []string // uids in the last intent written
+	}{{
+		name: "a pod created before the change but not yet indexed is restarted",
+		during: func(api *fakeAPI, x *podindex.Index) {
+			api.mu.Lock()
+			api.pods["straggler"] = &fakePod{name: "straggler", uid: "uid-s", labels: web, version: 5}
+			api.mu.Unlock()
+		},
+		wantDeleted: []string{"webapp-1", "straggler"},
+		wantIntent:  []string{"uid-1", "uid-s"},
+	}, {
+		name: "a replacement created after the first deletion is left alone",
+		during: func(api *fakeAPI, x *podindex.Index) {
+			p := api.addPod("webapp-1b", web)
+			x.Handle(podEvent(t, watch.Added, p))
+		},
+		wantDeleted: []string{"webapp-1"},
+		wantIntent:  []string{"uid-1"},
+	}, {
+		name: "a replacement created before the deletion's answer is left alone",
+		deleting: func(api *fakeAPI, x *podindex.Index) {
+			// A pod never scheduled is marked terminating, then removed, in
+			// one DELETE; its ReplicaSet may replace it in between.
+			api.mu.Lock()
+			api.revision++
+			terminating := fakePod{name: "webapp-1", uid: "uid-1", labels: web, version: api.revision, terminating: true}
+			api.mu.Unlock()
+			x.Handle(podEvent(t, watch.Modified, terminating))
+			x.Handle(podEvent(t, watch.Added, api.addPod("webapp-1b", web)))
+		},
+		wantDeleted: []string{"webapp-1"},
+		wantIntent:  []string{"uid-1"},
+	}, {
+		name: "a pod created before, modified after the first deletion, is restarted",
+		during: func(api *fakeAPI, x *podindex.Index) {
+			p := fakePod{name: "late", uid: "uid-l", labels: web, version: 6}
+			x.Handle(podEvent(t, watch.Added, p)) // created at 6 ...
+			api.mu.Lock()
+			api.revision += 5
+			p.version = api.revision // ... and updated since
+			api.pods["late"] = &p
+			api.mu.Unlock()
+		},
+		wantDeleted: []string{"webapp-1", "late"},
+		wantIntent:  []string{"uid-1", "uid-l"},
+	}, {
+		name: "a pod the index never shows is restarted: the guarantee first",
+		during: func(api *fakeAPI, x *podindex.Index) {
+			api.addPod("unseen", web)
+		},
+		wantDeleted: []string{"webapp-1", "unseen"},
+		wantIntent:  []string{"uid-1", "uid-new-1"},
+	}, {
+		name: "after a relist of the index, creation revisions are not trusted",
+		during: func(api *fakeAPI, x *podindex.Index) {
+			p := api.addPod("webapp-1b", web)
+			x.BeginList()
+			x.Handle(podEvent(t, watch.Synced, p))
+			x.EndList()
+		},
+		wantDeleted: []string{"webapp-1", "webapp-1b"},
+		wantIntent:  []string{"uid-1", "uid-new-1"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := &fakePod{name: "webapp-1", uid: "uid-1", labels: web}
+			api := newFakeAPI(t, first)
+			x := indexOf(t, first)
+			var deleting, listing sync.Once
+			api.fault = func(r request) (int, string, bool) {
+				switch {
+				case r.method == http.MethodDelete && tt.deleting != nil:
+					deleting.Do(func() { tt.deleting(api, x) })
+				case r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") && tt.during != nil:
+					listing.Do(func() { tt.during(api, x) })
+				}
+				return 0, "", false
+			}
+			cfg := withIndex(Config{RecordHash: true}, x)
+			cfg.sweepWait = 50 * time.Millisecond
+			c, m := newTestController(t, api.client(), cfg)
+			start(t, c)
+
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+
+			assert.Equal(t, tt.wantDeleted, api.deletedPods())
+			intents := api.intents()
+			require.GreaterOrEqual(t, len(intents), 2)
+			assert.Empty(t, intents[len(intents)-1], "the record ends the round")
+			for _, uid := range tt.wantIntent {
+				assert.Contains(t, intents[len(intents)-2], uid, "the intent names every pod before it goes")
+			}
+			assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+		})
+	}
+}
+
+// TestIndexNotUsable ensures rounds list first when the index cannot
+// answer (not synced) or cannot be swept (evictions carry no revision).
+func TestIndexNotUsable(t *testing.T) {
+	tests := []struct {
+		name  string
+		index func(t *testing.T) *podindex.Index
+		cfg   Config
+	}{
+		{"index not synced yet", func(t *testing.T) *podindex.Index { return podindex.New(slog.Default()) }, Config{}},
+		{"eviction strategy", func(t *testing.T) *podindex.Index { return indexOf(t, webPods()...) }, Config{Strategy: StrategyEvict}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			c, _ := newTestController(t, api.client(), withIndex(tt.cfg, tt.index(t)))
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+			reqs := api.seen("", "pods")
+			require.NotEmpty(t, reqs)
+			assert.Equal(t, http.MethodGet, reqs[0].method, "listed first")
+			assert.Len(t, append(api.deletedPods(), api.evictedPods()...), 3)
+		})
+	}
+}
