@@ -173,7 +173,7 @@ func decodeLine(line []byte) (Event, error) {
 	if !valid {
 		return Event{}, &MalformedError{Reason: "not valid JSON", Length: len(line)}
 	}
-	if !isObject(strings.TrimLeft(jsonview.View(line), " \t\r\n")) {
+	if i := bytes.IndexFunc(line, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' }); i < 0 || line[i] != '{' {
 		return Event{}, &MalformedError{Reason: "not a JSON object", Length: len(line)}
 	}
 	typ, ok := parseType(jsonview.String(typeToken))
