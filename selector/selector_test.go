@@ -151,3 +151,19 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMatches measures what a round from the pod index does for each
+// pod of the namespace: match its labels (a Deployment's pod: three).
+func BenchmarkMatches(b *testing.B) {
+	sel, err := Parse("app=webapp,tier in (front,back),!canary")
+	if err != nil {
+		b.Fatal(err)
+	}
+	labels := map[string]string{"app": "webapp", "tier": "front", "pod-template-hash": "7466656dc8"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !sel.Matches(labels) {
+			b.Fatal("no match")
+		}
+	}
+}
