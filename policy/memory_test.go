@@ -35,6 +35,19 @@ func TestMemoryReleasedOnceAfterInitialSync(t *testing.T) {
 	assert.Eventually(t, c.released.Load, waitFor, time.Millisecond)
 }
 
+// TestMemoryReleasedByStandbyAfterListing ensures a standby, whose queue
+// nobody works, releases the memory of its sync once it has listed.
+func TestMemoryReleasedByStandbyAfterListing(t *testing.T) {
+	api := newFakeAPI(t)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MayAct: func() bool { return false }})
+	ns := c.ForNamespace("ns")
+	ns.BeginList()
+	ns.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{selector: ptr("app=webapp"), data: v1}.json(t)})
+	assert.False(t, c.released.Load(), "still listing")
+	ns.EndList()
+	assert.True(t, c.released.Load(), "listed, with its adoption queued for a leader")
+}
+
 // syntheticConfigMap is a ConfigMap as the API serves it after the
 // benchmark's load (bench/tool create): 1 KiB of data, managedFields, and
 // on every second one a selector annotation and, once recorded, the
