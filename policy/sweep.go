@@ -74,8 +74,9 @@ func (x *indexed) noteDeleted(uid string, rv uint64) {
 }
 
 // firstDeletion returns the revision at which the round's first deletion
-// took effect, or one after it if the index does not show every deleted
-// pod terminating by the deadline (math.MaxUint64 if nothing was deleted).
+// took effect (math.MaxUint64 if nothing was deleted). A pod the index does
+// not show terminating by the deadline counts with its DELETE's answer, a
+// revision no earlier: the error, if any, is on the side of restarting.
 func (x *indexed) firstDeletion(ctx context.Context, namespace string, deadline time.Time) uint64 {
 	x.mu.Lock()
 	first, deleted := x.answered, slices.Clone(x.deleted)
