@@ -146,7 +146,7 @@ func (c *Controller) beginRound(ctx context.Context, cm configMap, sel *selector
 		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !cm.intent.uids[p.uid] })
 		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
 	} else {
-		intent = &intentWrite{start: func() chan error { return c.writeIntent(ctx, cm, pods) }}
+		intent = c.newIntent(ctx, cm, pods)
 	}
 	r.pods, r.done, r.indexed = pods, make([]bool, len(pods)), x
 	log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", x != nil)
@@ -162,6 +162,12 @@ type intentWrite struct {
 	once  sync.Once
 	start func() chan error
 	done  chan error
+}
+
+// newIntent prepares the intent record of a round of pods; nothing is
+// written until begin or wait.
+func (c *Controller) newIntent(ctx context.Context, cm configMap, pods []podRef) *intentWrite {
+	return &intentWrite{start: func() chan error { return c.writeIntent(ctx, cm, pods) }}
 }
 
 // begin starts the write; later calls do nothing. Safe on nil.
@@ -199,8 +205,7 @@ func (c *Controller) finishSweep(ctx context.Context, cm configMap, sel *selecto
 		r.done = append(r.done, make([]bool, len(missed))...)
 		// The intent must name them before they go (the first write has
 		// landed: reconcile waited for it).
-		pods := slices.Clone(r.pods)
-		(&intentWrite{start: func() chan error { return c.writeIntent(ctx, cm, pods) }}).wait(log)
+		c.newIntent(ctx, cm, slices.Clone(r.pods)).wait(log)
 		if err := c.restartAll(ctx, cm.namespace, r, log, nil); err != nil {
 			return err
 		}

@@ -78,14 +78,14 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rv, err := c.restartPod(reqCtx, namespace, r.pods[i], log)
+			answer, err := c.restartPod(reqCtx, namespace, r.pods[i], log)
 			if err != nil {
 				fail(err)
 				return
 			}
 			r.done[i] = true // each goroutine owns its own element
-			if r.indexed != nil && !c.cfg.DryRun && rv != 0 {
-				r.indexed.noteDeleted(r.pods[i].uid, rv)
+			if r.indexed != nil && !c.cfg.DryRun {
+				r.indexed.noteDeleted(r.pods[i].uid, answerVersion(answer))
 			}
 		})
 	}
@@ -93,11 +93,12 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 	return firstErr
 }
 
-// restartPod restarts one pod. For a deletion the server answered with the
-// pod, it returns the answer's resourceVersion: the revision of the deletion.
-func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (uint64, error) {
+// restartPod restarts one pod. A deletion returns the server's answer: the
+// pod, whose resourceVersion is no earlier than the deletion's (nil when
+// the pod was gone already).
+func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) ([]byte, error) {
 	if c.cfg.Strategy == StrategyEvict {
-		return 0, c.evictPod(ctx, namespace, pod, log)
+		return nil, c.evictPod(ctx, namespace, pod, log)
 	}
 	return c.deletePod(ctx, namespace, pod, log)
 }
@@ -160,14 +161,10 @@ func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *s
 	}
 }
 
-// deletePod deletes one pod and returns the resourceVersion of the answer
-// (0 if it is not a pod's).
-func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (uint64, error) {
-	body, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
-	if err := c.outcome(deleteVerb, namespace, pod, log, err); err != nil {
-		return 0, err
-	}
-	return answerVersion(body), nil
+// deletePod deletes one pod and returns the server's answer.
+func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) ([]byte, error) {
+	answer, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+	return answer, c.outcome(deleteVerb, namespace, pod, log, err)
 }
 
 // evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow

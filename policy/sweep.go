@@ -63,14 +63,16 @@ func newIndexed(index PodIndex, lists uint64) *indexed {
 	return &indexed{index: index, lists: lists, answered: math.MaxUint64}
 }
 
-// noteDeleted notes a successful DELETE and the resourceVersion answered.
+// noteDeleted notes a DELETE that needed nothing more, and the
+// resourceVersion answered (0: none, the pod was gone already).
 func (x *indexed) noteDeleted(uid string, rv uint64) {
+	if rv == 0 {
+		return
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.deleted = append(x.deleted, uid)
-	if rv != 0 {
-		x.answered = min(x.answered, rv)
-	}
+	x.answered = min(x.answered, rv)
 }
 
 // firstDeletion returns the revision at which the round's first deletion
