@@ -166,6 +166,10 @@ func (lw *ListWatcher) Ready() bool {
 	return lw.cfg.Now().Sub(time.Unix(0, lw.lastHealthy.Load())) < lw.cfg.ReadyGrace
 }
 
+// Watching reports that a watch stream is open now. Unlike Ready it has no
+// grace: a cache fed by this loop is current only while it is true.
+func (lw *ListWatcher) Watching() bool { return lw.listed.Load() && lw.watching.Load() }
+
 // Alive reports that Run is running.
 func (lw *ListWatcher) Alive() bool { return lw.running.Load() }
 
