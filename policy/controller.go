@@ -65,6 +65,12 @@ type Config struct {
 	// for none). With one, a round deletes the pods the index selects at
 	// once and confirms with a LIST afterwards; without, it lists first.
 	Pods func(namespace string) PodIndex
+	// Annotated, if set, is told when a namespace gains its first existing
+	// ConfigMap with the selector annotation (true) and loses its last one
+	// (false), so that a pod index can cover only those namespaces. It is
+	// called with the controller's lock held: it must not block or call
+	// back into the controller.
+	Annotated func(namespace string, annotated bool)
 	// sweepWait overrides defaultSweepWait in tests.
 	sweepWait time.Duration
 }
@@ -115,7 +121,9 @@ type Controller struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	seq     uint64 // numbers events, to tell what a list did not see
-	all     *scope // the handler for a watch of every namespace
+	// annotated counts the existing entries per namespace (see Config.Annotated).
+	annotated map[string]int
+	all       *scope // the handler for a watch of every namespace
 
 	retryMu sync.Mutex
 	retries map[string]backoff.BackOff
@@ -153,13 +161,14 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.sweepWait = defaultSweepWait
 	}
 	c := &Controller{
-		cfg:     cfg,
-		api:     api,
-		log:     log,
-		metrics: m,
-		queue:   newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
-		entries: map[string]*entry{},
-		retries: map[string]backoff.BackOff{},
+		cfg:       cfg,
+		api:       api,
+		log:       log,
+		metrics:   m,
+		queue:     newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
+		entries:   map[string]*entry{},
+		annotated: map[string]int{},
+		retries:   map[string]backoff.BackOff{},
 	}
 	c.all = &scope{c: c}
 	return c
@@ -208,7 +217,7 @@ func (s *scope) EndList() {
 			continue
 		}
 		if e.exists {
-			e.exists = false
+			c.setExists(e, false)
 			c.seq++
 			e.seen = c.seq // keep the tombstone until the next list
 			continue
@@ -278,7 +287,8 @@ func (c *Controller) drop(cm configMap) {
 	key := cm.appendKey(buf[:0])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[string(key)]; ok {
+	if e, ok := c.entries[string(key)]; ok {
+		c.setExists(e, false)
 		delete(c.entries, string(key))
 	}
 }
@@ -318,7 +328,7 @@ func (c *Controller) observe(cm configMap) bool {
 		e.done, e.adopted = cm.recorded, false
 	}
 	e.cm = cm
-	e.exists = true
+	c.setExists(e, true)
 	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded.isZero())
 }
 
@@ -328,9 +338,33 @@ func (c *Controller) forget(cm configMap) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[string(key)]; e != nil {
-		e.exists = false
+		c.setExists(e, false)
 		c.seq++
 		e.seen = c.seq
+	}
+}
+
+// setExists marks e as existing or deleted and keeps the per-namespace
+// count of existing entries. c.mu must be held.
+func (c *Controller) setExists(e *entry, exists bool) {
+	if e.exists == exists {
+		return
+	}
+	e.exists = exists
+	ns := e.cm.namespace
+	if exists {
+		c.annotated[ns]++
+		if c.annotated[ns] == 1 && c.cfg.Annotated != nil {
+			c.cfg.Annotated(ns, true)
+		}
+		return
+	}
+	c.annotated[ns]--
+	if c.annotated[ns] == 0 {
+		delete(c.annotated, ns)
+		if c.cfg.Annotated != nil {
+			c.cfg.Annotated(ns, false)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -570,4 +571,35 @@ func TestListScopedToNamespace(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), data: v2})
 	settle(t, c)
 	assert.Len(t, api.deletedPods(), 3, "the ConfigMap was forgotten by another namespace's list")
+}
+
+// TestAnnotatedNamespacesAreReported ensures Config.Annotated hears of a
+// namespace when its first annotated ConfigMap appears and when its last
+// one goes (deleted, annotation removed, or missing from a relist), and
+// only then.
+func TestAnnotatedNamespacesAreReported(t *testing.T) {
+	var calls []string
+	api := newFakeAPI(t)
+	c, _ := newTestController(t, api.client(), Config{Annotated: func(ns string, on bool) {
+		calls = append(calls, fmt.Sprintf("%s=%v", ns, on))
+	}})
+	a := cmSpec{name: "a", uid: "uid-a", selector: ptr("app=a"), data: v1}
+	b := cmSpec{name: "b", uid: "uid-b", selector: ptr("app=b"), data: v1}
+
+	handle(t, c, watch.Added, a)
+	handle(t, c, watch.Added, b)
+	handle(t, c, watch.Modified, a)
+	assert.Equal(t, []string{"ns=true"}, calls, "the first annotated ConfigMap")
+
+	a.selector = nil
+	handle(t, c, watch.Modified, a)
+	assert.Equal(t, []string{"ns=true"}, calls, "one is left")
+
+	handle(t, c, watch.Deleted, b)
+	assert.Equal(t, []string{"ns=true", "ns=false"}, calls, "the last one deleted")
+
+	handle(t, c, watch.Added, b)
+	c.BeginList()
+	c.EndList()
+	assert.Equal(t, []string{"ns=true", "ns=false", "ns=true", "ns=false"}, calls, "missing from a relist")
 }
