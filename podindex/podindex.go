@@ -29,6 +29,10 @@ import (
 // Pod is a pod the index selected.
 type Pod struct {
 	Name, UID string
+	// ResourceVersion is the pod's as the index last saw it: a deletion
+	// decided from the index carries it as a precondition, so that a stale
+	// index makes the server refuse instead of deleting the wrong pod.
+	ResourceVersion string
 }
 
 // Index is the pod index of one ListWatcher (one namespace, or all).
@@ -68,6 +72,7 @@ type pod struct {
 	// revision was not a number.
 	terminatedAt uint64
 	listGen      uint64
+	rv           string // metadata.resourceVersion as last seen
 }
 
 var _ watch.Handler = (*Index)(nil)
@@ -156,6 +161,9 @@ func (x *Index) Handle(ev watch.Event) {
 		pods[strings.Clone(uid)] = p
 	}
 	p.listGen = x.listGen
+	if v := meta.Get("resourceVersion").String(); v != p.rv {
+		p.rv = strings.Clone(v)
+	}
 	if dt := meta.Get("deletionTimestamp"); !dt.Exists() || dt.Type == gjson.Null {
 		p.terminating, p.terminatedAt = false, 0
 	} else if !p.terminating {
@@ -221,7 +229,7 @@ func (x *Index) Select(namespace string, matches func(labels map[string]string) 
 	}
 	for uid, p := range x.pods[namespace] {
 		if !p.terminating && matches(p.labels) {
-			pods = append(pods, Pod{Name: p.name, UID: uid})
+			pods = append(pods, Pod{Name: p.name, UID: uid, ResourceVersion: p.rv})
 		}
 	}
 	return pods, x.lists, true

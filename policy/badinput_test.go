@@ -314,40 +314,26 @@ func TestBadInputOutOfOrderEvent(t *testing.T) {
 }
 
 // TestBadInputDeletedDuringRound ensures a ConfigMap deleted while its round
-// runs: the round finishes the pods it started with (the change was real and
-// some pods are already gone), the record's 404 is not an error and is not
-// retried, and nothing more happens.
+// runs stops the round before its next restart: its data is gone, nothing
+// is recorded, nothing is retried, and no pod is deleted twice.
 func TestBadInputDeletedDuringRound(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	var c *Controller
 	var once sync.Once
 	api.fault = func(r request) (int, string, bool) {
-		switch {
-		case r.method == http.MethodDelete:
+		if r.method == http.MethodDelete {
 			once.Do(func() {
 				handle(t, c, watch.Deleted, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 			})
-		case r.method == http.MethodPatch:
-			return 404, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, true
 		}
 		return 0, "", false
 	}
-	c, m, logs := loggedController(t, api.client(), Config{RecordHash: true})
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxConcurrentRestarts: 1})
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) == 1 }, waitFor, time.Millisecond)
 	settle(t, c)
-	assert.Len(t, api.deletedPods(), 3, "each pod of the round deleted once")
-	// Only an error schedules a retry: none means the record is not tried again.
-	assert.Zero(t, m.Reconciles.Value(resultError))
-	assert.Len(t, api.recordedHashes(), 1, "the record is tried once")
-	assert.Contains(t, logs.String(), "configmap gone or replaced before its record was written")
-
-	// Re-created with the same name and other data: a new object, its own change.
-	for _, n := range []string{"webapp-1b", "webapp-2b", "webapp-3b"} {
-		api.addPod(n, map[string]string{"app": "webapp"})
-	}
-	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: map[string]string{"message": "v3"}})
-	settle(t, c)
-	assert.Len(t, api.deletedPods(), 6)
+	assert.Equal(t, []string{"webapp-1"}, api.deletedPods(), "the round stopped after the deletion in flight")
+	assert.Zero(t, m.Reconciles.Value(resultError), "nothing to retry")
+	assert.Empty(t, api.recordedHashes(), "nothing recorded for data that is gone")
 }

@@ -1,13 +1,3 @@
-// Package policy decides and carries out pod restarts for ConfigMap data
-// changes: it observes ConfigMaps (as a watch.Handler), analyzes whether the
-// pods selected by a ConfigMap were started after its current data, and acts
-// by deleting the ones that were not, so their controllers recreate them.
-//
-// The analysis is level-triggered. The digest of the data the pods were last
-// restarted for is recorded on the ConfigMap itself (RestartedForAnnotation),
-// so an edit that leaves the data alone, a relist, a resync or a controller
-// restart restarts nothing, and a change made while the controller was away
-// is acted on exactly once when it comes back.
 package policy
 
 import (
@@ -90,26 +80,6 @@ type API interface {
 
 var _ API = (*apiclient.Client)(nil)
 
-// entry is the controller's memory of one annotated ConfigMap.
-type entry struct {
-	// cm is the latest observed state. Its recorded is also the last
-	// RestartedForAnnotation value observed: a new value is a write (ours
-	// or a peer's) and updates done; an old one seen again comes from an
-	// event older than our own write and is ignored.
-	cm     configMap
-	exists bool // false once deleted: a tombstone remembering done
-	// adopted: done was taken from the first sighting, not from a round.
-	adopted bool
-	// done is the digest the pods were last restarted for (or adopted at).
-	done digest
-	// round is the restart in progress for a digest, kept across retries so
-	// a retry only deletes pods that existed when the round began: pods
-	// created since were started with the new data.
-	round *round
-	// seen is the sequence number of the last event about the entry.
-	seen uint64
-}
-
 // Controller implements watch.Handler and runs the workers.
 type Controller struct {
 	cfg     Config
@@ -128,8 +98,8 @@ type Controller struct {
 	retryMu sync.Mutex
 	retries map[string]backoff.BackOff
 
-	// intents holds the keys this process wrote a RestartingAnnotation for.
-	intents sync.Map
+	// tombstones lists deleted entries, oldest first, to bound them.
+	tombstones []string
 
 	// unsynced counts the scopes whose first list has not ended. Once none
 	// has and the queue first runs dry (the adoptions are written), the
@@ -218,6 +188,7 @@ func (s *scope) EndList() {
 		}
 		if e.exists {
 			c.setExists(e, false)
+			e.round = nil
 			c.seq++
 			e.seen = c.seq // keep the tombstone until the next list
 			continue
@@ -259,90 +230,95 @@ func (c *Controller) EndList() { c.all.EndList() }
 
 // Handle implements watch.Handler. It only records state and queues work.
 func (c *Controller) Handle(ev watch.Event) {
-	cm, data, binaryData, err := readConfigMap(ev.Object, c.cfg.SelectorAnnotation)
+	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
 	if err != nil {
 		c.metrics.SkippedObjects.Inc()
 		c.log.Warn("skipping object", "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
 		return
 	}
-	if ev.Type == watch.Deleted {
-		c.forget(cm)
-		return
-	}
-	if !cm.hasSelector {
-		// Not (or no longer) ours: its data does not matter.
-		c.drop(cm)
-		return
-	}
-	cm.hash = dataHash(data, binaryData)
-	if c.observe(cm) {
+	switch {
+	case ev.Type == watch.Deleted:
+		c.forget(cm.key())
+	case !cm.hasSelector:
+		// Not (or no longer) ours: forget it. If the annotation comes
+		// back, the ConfigMap is adopted afresh.
+		c.drop(cm.key())
+	case c.observe(cm):
 		c.queue.Add(cm.key())
 	}
 }
 
-// drop forgets a ConfigMap that is not ours. If the annotation comes back,
-// the ConfigMap is adopted afresh.
-func (c *Controller) drop(cm configMap) {
-	var buf [128]byte
-	key := cm.appendKey(buf[:0])
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[string(key)]; ok {
-		c.setExists(e, false)
-		delete(c.entries, string(key))
-	}
-}
-
-// observe stores cm, whose strings may alias the event, and reports whether
-// it may need action.
+// observe stores cm and reports whether it may need action.
 func (c *Controller) observe(cm configMap) bool {
-	var buf [128]byte
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[string(cm.appendKey(buf[:0]))]
-	if e == nil {
-		// First sight and no record: we cannot know which data the pods
-		// run with, so restarting them would be a guess. Adopt the data
-		// as it is now; the worker records it.
-		e = &entry{done: cm.hash, adopted: true}
-		c.entries[cm.own()] = e
-	} else {
-		cm.keepFrom(e.cm)
+	key := cm.key()
+	e := c.entries[key]
+	first := e == nil
+	if first {
+		e = &entry{}
+		c.entries[key] = e
 	}
 	c.seq++
 	e.seen = c.seq // it exists: a relist that shows it unchanged keeps it
 	if e.cm.uid == cm.uid && cm.version != 0 && cm.version <= e.cm.version {
 		// An event older than one already applied, replayed when a watch
-		// resumes from an earlier resourceVersion: its record may predate
-		// our own and would start a second round for a handled change.
+		// resumes from an earlier resourceVersion.
+		c.setExists(e, true)
 		return false
 	}
-	seenRecorded := e.cm.recorded
-	if e.cm.uid != cm.uid {
-		// A new object under this name: its annotations start from nothing,
-		// but done (from the object it replaces) still tells what the pods
-		// run with, so different data counts as a change.
-		seenRecorded = digest{}
+	e.apply(cm)
+	if first && e.r.isZero() && !e.i.present() {
+		// First sight and no record: we cannot know which data the pods
+		// run with, so restarting them would be a guess. Adopt the data
+		// as it is now; the worker records it.
+		e.r, e.adopted = cm.hash, true
 	}
-	if cm.recorded != seenRecorded && !cm.recorded.isZero() {
-		e.done, e.adopted = cm.recorded, false
-	}
-	e.cm = cm
 	c.setExists(e, true)
-	return e.done != cm.hash || (c.cfg.RecordHash && cm.recorded.isZero())
+	return e.decide(c.recordsOnServer()) != stepNothing
 }
 
-func (c *Controller) forget(cm configMap) {
-	var buf [128]byte
-	key := cm.appendKey(buf[:0])
+// drop forgets a ConfigMap that is not ours.
+func (c *Controller) drop(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[string(key)]; e != nil {
+	if e, ok := c.entries[key]; ok {
 		c.setExists(e, false)
-		c.seq++
-		e.seen = c.seq
+		delete(c.entries, key)
 	}
 }
+
+// forget turns a deleted ConfigMap's entry into a tombstone: a ConfigMap
+// re-created under the name with other data is a change for its pods.
+// Tombstones are bounded: the oldest go first.
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		return
+	}
+	c.setExists(e, false)
+	e.round = nil
+	c.seq++
+	e.seen = c.seq
+	c.tombstones = append(c.tombstones, key)
+	for len(c.tombstones) > maxTombstones {
+		old := c.tombstones[0]
+		c.tombstones = c.tombstones[1:]
+		if t := c.entries[old]; t != nil && !t.exists {
+			delete(c.entries, old)
+		}
+	}
+}
+
+// maxTombstones bounds the memory of deleted ConfigMaps. Generated names
+// (kustomize's configMapGenerator) are never re-created; a name re-created
+// after this many other deletions is adopted, not acted on.
+const maxTombstones = 1024
+
+// recordsOnServer: R and I are written as annotations (else kept in memory).
+func (c *Controller) recordsOnServer() bool { return c.cfg.RecordHash && !c.cfg.DryRun }
 
 // setExists marks e as existing or deleted and keeps the per-namespace
 // count of existing entries. c.mu must be held.

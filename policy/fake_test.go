@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -357,6 +358,9 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 	}
 	if cfg.NewBackOff == nil {
 		cfg.NewBackOff = fastBackOff
+	}
+	if cfg.sweepWait == 0 {
+		cfg.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
 	}
 	m := NewMetrics(metrics.NewRegistry())
 	return New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m), m

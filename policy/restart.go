@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
@@ -25,11 +26,12 @@ const (
 	StrategyEvict = "evict"
 )
 
-// restartAll restarts the round's pods that are not done yet, at most
+// restartAll restarts the round's pods that are still pending, at most
 // MaxConcurrentRestarts at a time (all at once when it is 0). A pod that
-// fails stays not done, so a retried round restarts only those. sent, if
-// set, is called when the first request has been written to the server.
-func (c *Controller) restartAll(ctx context.Context, namespace string, r *round, log *slog.Logger, sent func()) error {
+// fails stays pending, so a retried round restarts only those. Before each
+// restart it checks that this replica may act and that the round is still
+// the current one.
+func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *round, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(r.pods)
@@ -53,7 +55,7 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 		return firstErr != nil
 	}
 	for i := range r.pods {
-		if r.done[i] {
+		if r.state[i] != podPending {
 			continue
 		}
 		select {
@@ -64,28 +66,31 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 		if ctx.Err() != nil {
 			break
 		}
-		if failed() || !c.mayAct() {
-			// A paced round stops at the first failure (it is retried
-			// later); a replica that may no longer act stops at once.
-			<-sem
-			fail(errNotLeader)
-			break
+		stop := errNotLeader
+		if c.mayAct() {
+			stop = nil
+			if !c.current(key, r) {
+				stop = errSuperseded
+			}
 		}
-		reqCtx := ctx
-		if first := sent; first != nil {
-			reqCtx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { first() }})
-			sent = nil
+		if failed() || stop != nil {
+			// A paced round stops at the first failure (it is retried
+			// later); a replica that may no longer act, or a round that
+			// a newer change replaced, stops at once.
+			<-sem
+			fail(stop)
+			break
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			answer, err := c.restartPod(reqCtx, namespace, r.pods[i], log)
+			state, answer, err := c.restartPod(ctx, namespace, r.pods[i], log)
 			if err != nil {
 				fail(err)
 				return
 			}
-			r.done[i] = true // each goroutine owns its own element
-			if r.indexed != nil && !c.cfg.DryRun {
-				r.indexed.noteDeleted(r.pods[i].uid, answerVersion(answer))
+			r.state[i] = state
+			if r.indexed != nil && state == podRestarted && !c.cfg.DryRun {
+				r.indexed.noteDeleted(r.pods[i].uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}
 		})
 	}
@@ -93,26 +98,33 @@ func (c *Controller) restartAll(ctx context.Context, namespace string, r *round,
 	return firstErr
 }
 
-// restartPod restarts one pod. A deletion returns the server's answer: the
-// pod, whose resourceVersion is no earlier than the deletion's (nil when
-// the pod was gone already).
-func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) ([]byte, error) {
+// restartPod restarts one pod. A deletion also returns the server's answer:
+// the pod, whose resourceVersion is no earlier than the deletion's.
+func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, []byte, error) {
 	if c.cfg.Strategy == StrategyEvict {
-		return nil, c.evictPod(ctx, namespace, pod, log)
+		state, err := c.evictPod(ctx, namespace, pod, log)
+		return state, nil, err
 	}
-	return c.deletePod(ctx, namespace, pod, log)
+	answer, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
+	state, err := c.outcome(deleteVerb, namespace, pod, log, err)
+	return state, answer, err
 }
 
 // deleteOptions guards a deletion with the pod's uid, so a same-named
-// replacement (StatefulSet pods keep their names) is never hit; in dry-run
-// mode the server validates the request (RBAC, precondition) and changes
-// nothing.
+// replacement (StatefulSet pods keep their names) is never hit, and for a
+// pod taken from the index with its resourceVersion, so a pod relabelled
+// (or changed otherwise) since the index saw it is refused, not deleted. In
+// dry-run mode the server validates the request and changes nothing.
 func (c *Controller) deleteOptions(pod podRef) string {
+	pre := `"uid":` + strconv.Quote(pod.uid)
+	if pod.rv != "" {
+		pre += `,"resourceVersion":` + strconv.Quote(pod.rv)
+	}
 	dry := ""
 	if c.cfg.DryRun {
 		dry = `,"dryRun":["All"]`
 	}
-	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":` + strconv.Quote(pod.uid) + `}` + dry + `}`
+	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
 }
 
 // restartVerb is one way of restarting a pod, for the shared handling of
@@ -128,50 +140,43 @@ var (
 	evictVerb  = restartVerb{"evict", "evicted", "verb create on pods/eviction", func(c *Controller) *metrics.CounterVec { return c.metrics.PodEvictions }}
 )
 
-// outcome counts, logs and classifies the answer to a restart request: nil
-// when the pod needs nothing more (restarted, already gone, or replaced by
-// a same-named pod the uid precondition protected).
-func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *slog.Logger, err error) error {
+// outcome counts, logs and classifies the answer to a restart request. An
+// error means "retry later"; otherwise the state says what became of it.
+func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *slog.Logger, err error) (podState, error) {
 	count := v.counter(c).Inc
 	switch {
 	case err == nil && c.cfg.DryRun:
 		count("dry_run")
 		log.Info("would "+v.verb+" pod (dry run)", "pod", pod.name, "outcome", "dry_run")
-		return nil
+		return podRestarted, nil
 	case err == nil:
 		count(v.past)
 		log.Info(v.past+" pod", "pod", pod.name, "outcome", v.past)
-		return nil
+		return podRestarted, nil
 	case apiclient.IsNotFound(err):
 		count("not_found")
 		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
-		return nil
+		return podGone, nil
 	case apiclient.IsConflict(err):
 		count("conflict")
-		log.Info("pod replaced by a new one with the same name; skipping", "pod", pod.name, "outcome", "conflict")
-		return nil
+		log.Info("pod changed or replaced since it was selected; not restarting it", "pod", pod.name, "outcome", "conflict")
+		return podRefused, nil
 	case apiclient.IsForbidden(err):
 		count("error")
 		log.Error("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-		return fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", v.verb, namespace, v.permission, err)
+		return podPending, fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", v.verb, namespace, v.permission, err)
 	default:
 		count("error")
 		log.Warn("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "error", "err", err)
-		return fmt.Errorf("%s pod %s/%s: %w", v.verb, namespace, pod.name, err)
+		return podPending, fmt.Errorf("%s pod %s/%s: %w", v.verb, namespace, pod.name, err)
 	}
-}
-
-// deletePod deletes one pod and returns the server's answer.
-func (c *Controller) deletePod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) ([]byte, error) {
-	answer, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
-	return answer, c.outcome(deleteVerb, namespace, pod, log, err)
 }
 
 // evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow
 // it now: it is retried with backoff until EvictTimeout, after which the
 // pod is reported stuck and left alone, so one blocked pod does not hold
 // the configuration rollout of the others forever.
-func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) error {
+func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, error) {
 	body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
 		`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
 	path := apiclient.CorePath(namespace, "pods", pod.name) + "/eviction"
@@ -190,14 +195,14 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 				c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
 					fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
 			}
-			return nil
+			return podStuck, nil
 		}
 		log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return podPending, ctx.Err()
 		case <-t.C:
 		}
 	}

@@ -191,33 +191,33 @@ func TestInterruptedRoundResumes(t *testing.T) {
 		assert.Equal(t, hashOf(t, v2)+"/uid-1,uid-2,uid-3", api.intents()[0])
 		assert.Equal(t, "", api.intents()[1], "the record of the round is removed with the final record")
 	})
-	t.Run("RecordGoesOutWithTheFirstDeletionNotBefore", func(t *testing.T) {
+	t.Run("IntentIsWrittenBeforeTheFirstDeletion", func(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
-		recorded := make(chan struct{})
-		var once sync.Once
-		var heldUntilRecorded bool
-		api.fault = func(r request) (int, string, bool) {
-			switch {
-			case r.method == http.MethodPatch && strings.Contains(r.body, RestartingAnnotation):
-				once.Do(func() { close(recorded) })
-			case r.method == http.MethodDelete:
-				// No answer until the record is written: it must not wait
-				// for one.
-				select {
-				case <-recorded:
-					heldUntilRecorded = true
-				case <-time.After(waitFor):
-				}
-			}
-			return 0, "", false
-		}
 		calls := &callOrder{API: api.client()}
-		c, m := newTestController(t, calls, Config{RecordHash: true, MaxConcurrentRestarts: 1})
+		c, m := newTestController(t, calls, Config{RecordHash: true})
 		start(t, c)
 		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
-		assert.True(t, heldUntilRecorded, "the record went out while the first DELETE awaited its answer")
-		assert.Equal(t, []string{"DELETE", "PATCH"}, calls.first(2, http.MethodGet), "after the list: the first DELETE, then the record")
+		assert.Equal(t, []string{"PATCH", "DELETE"}, calls.first(2, http.MethodGet), "after the list: the intent, then the deletions")
+	})
+	t.Run("NoDeletionWhenTheIntentCannotBeWritten", func(t *testing.T) {
+		api := newFakeAPI(t, webPods()...)
+		var failing atomic.Bool
+		failing.Store(true)
+		api.fault = func(r request) (int, string, bool) {
+			if r.method == http.MethodPatch && failing.Load() {
+				return 503, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503}`, true
+			}
+			return 0, "", false
+		}
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 2 }, waitFor, time.Millisecond)
+		assert.Empty(t, api.deletedPods(), "no deletion without the intent")
+		failing.Store(false)
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		assert.Len(t, api.deletedPods(), 3)
 	})
 	t.Run("ResumeSkipsReplacements", func(t *testing.T) {
 		api := newFakeAPI(t, webPods()...) // webapp-2 stands for a replacement: not in the record

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"math"
 	"slices"
 	"sync"
@@ -17,23 +19,28 @@ import (
 // The index is fed by its own watch and may lag the API server by a few
 // milliseconds, so the pods it selects when a change arrives may miss one
 // created just before the change. The round therefore deletes what the
-// index selects at once, then sweeps: a consistent LIST shows every pod
-// that existed when it was served, and each one the round did not take is
-// either such a straggler (restart it) or a pod created after the round's
-// first deletion, with the new data (a replacement: leave it).
+// index selects at once, each with uid and resourceVersion preconditions
+// (a pod relabelled or otherwise changed since the index saw it is refused,
+// never deleted on the index's word), then sweeps: a consistent LIST shows
+// every selected pod that existed when it was served, and each one the
+// round did not restart is either
+//   - a pod the index showed when the round began whose deletion was
+//     refused: it changed, but the LIST still selects it, so it restarts;
+//   - a pod created before the round's first deletion that the index had
+//     not seen yet (a straggler: restart it);
+//   - or a pod created after it, with the new data (a replacement: leave it).
 //
-// The two are told apart by resourceVersion, compared only between pods
-// (comparable within one resource since Kubernetes 1.35, KEP-5504). The
-// round's first deletion took effect at the earliest revision at which one
-// of its pods began to terminate: the index's watch shows it (a DELETE's
-// answer can carry a later revision: for a pod that was never scheduled,
-// that of its final removal, and a ReplicaSet may have replaced the pod in
-// between). A listed pod started before that revision if its own revision in
-// the LIST is older, or else if the ADDED event that announced it, its
-// creation, is. When the answer cannot be known (the index relisted
-// meanwhile, or the pod never reached it), the pod is restarted: one
-// restart too many is recoverable, a pod left with old configuration is the
-// failure this controller exists to prevent.
+// The last two are told apart by resourceVersion, compared only between
+// pods (comparable within one resource, KEP-5504). The round's first
+// deletion took effect at the earliest revision at which one of the pods it
+// deleted began to terminate, as the index's watch shows it: the
+// preconditions make sure it was that deletion, not a third party's,
+// that began it. A listed pod started before that revision if its own
+// revision in the LIST is older, or else if the ADDED event that announced
+// it, its creation, is. When the index cannot tell within sweepWait (it
+// relisted meanwhile, or its watch stayed down), the pod is restarted: one
+// restart too many is recoverable, a pod left with old configuration is
+// the failure this controller exists to prevent.
 
 // PodIndex is a live view of pods (package podindex).
 type PodIndex interface {
@@ -42,9 +49,12 @@ type PodIndex interface {
 	Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool)
 }
 
-// defaultSweepWait bounds how long the sweep waits for the index to show a pod the
-// LIST returned. It arrives within milliseconds unless the watch is down.
-const defaultSweepWait = 2 * time.Second
+// defaultSweepWait bounds how long the sweep waits for the index to show a
+// pod the LIST returned. It arrives within milliseconds while the index's
+// watch is open; the bound covers a watch that reconnects through a few
+// failed attempts (backoff from 0.8 s), so that a reconnect does not cost
+// replacements a second restart.
+const defaultSweepWait = 10 * time.Second
 
 // indexed is the state of a round that began from the index.
 type indexed struct {
@@ -91,41 +101,68 @@ func (x *indexed) firstDeletion(ctx context.Context, namespace string, deadline 
 	return first
 }
 
-// fromIndex begins a round from the pod index, if there is one that can
-// answer now. Only deletions carry the resourceVersion the sweep needs, so
-// evictions list first as before.
-func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podRef, *indexed, bool) {
+// fromIndex takes a new round's pods from the pod index, if there is one
+// that can answer now; nil when the round must list first. Only deletions
+// answer with the revision the sweep needs, so evictions list first, and
+// so does a server whose resourceVersions are not numbers (the sweep could
+// not compare them).
+func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podRef, *indexed) {
 	if c.cfg.Pods == nil || c.cfg.Strategy != StrategyDelete {
-		return nil, nil, false
+		return nil, nil
 	}
 	idx := c.cfg.Pods(namespace)
 	if idx == nil {
-		return nil, nil, false
+		return nil, nil
 	}
 	selected, lists, ok := idx.Select(namespace, sel.Matches)
 	if !ok {
-		return nil, nil, false
+		return nil, nil
 	}
 	pods := make([]podRef, 0, len(selected))
 	for _, p := range selected {
-		if p.Name == c.cfg.OwnPod {
-			continue
+		if _, err := strconv.ParseUint(p.ResourceVersion, 10, 64); err != nil {
+			return nil, nil
 		}
-		pods = append(pods, podRef{name: p.Name, uid: p.UID})
+		if p.Name != c.cfg.OwnPod {
+			pods = append(pods, podRef{name: p.Name, uid: p.UID, rv: p.ResourceVersion})
+		}
 	}
-	return pods, newIndexed(idx, lists), true
+	return pods, newIndexed(idx, lists)
+}
+
+// finishSweep sweeps a round that began from the index and restarts the
+// pods the index had missed, naming them in the intent first.
+func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, sel *selector.Selector, r *round, log *slog.Logger) error {
+	missed, err := c.sweep(ctx, cm.namespace, sel, r, log)
+	if err != nil {
+		return fmt.Errorf("sweep: list pods: %w", err)
+	}
+	if len(missed) > 0 {
+		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
+		all := append(slices.Clone(r.pods), missed...)
+		if _, err := c.writeIntent(ctx, key, cm, all); err != nil {
+			return err
+		}
+		r.pods = all
+		r.state = append(r.state, make([]podState, len(missed))...)
+		if err := c.restartAll(ctx, key, cm.namespace, r, log); err != nil {
+			return err
+		}
+	}
+	r.indexed.swept = true
+	return nil
 }
 
 // sweep lists the selected pods and returns those the round must restart
-// too: pods it did not take that started before its first deletion.
+// too (see the top of this file).
 func (c *Controller) sweep(ctx context.Context, namespace string, sel *selector.Selector, r *round, log *slog.Logger) ([]podRef, error) {
 	listed, err := c.listPods(ctx, namespace, sel)
 	if err != nil {
 		return nil, err
 	}
-	taken := make(map[string]bool, len(r.pods))
-	for _, p := range r.pods {
-		taken[p.uid] = true
+	state := make(map[string]podState, len(r.pods))
+	for i, p := range r.pods {
+		state[p.uid] = r.state[i]
 	}
 	// One wait for the whole sweep: if the index's watch is down, every pod
 	// it lacks would otherwise cost the full wait in turn.
@@ -133,18 +170,19 @@ func (c *Controller) sweep(ctx context.Context, namespace string, sel *selector.
 	first := r.indexed.firstDeletion(ctx, namespace, deadline)
 	var missed []podRef
 	for _, p := range listed {
-		if taken[p.uid] {
-			continue
-		}
-		if c.startedBefore(ctx, namespace, p, r.indexed, first, deadline) {
+		st, taken := state[p.uid]
+		switch {
+		case st == podRestarted || st == podGone:
+		case taken:
+			missed = append(missed, p) // refused: it changed, and is still selected
+		case c.startedBefore(ctx, namespace, p, r.indexed, first, deadline):
 			missed = append(missed, p)
-		} else {
+		default:
 			log.Info("leaving pod created after the round began", "pod", p.name)
 		}
 	}
 	return missed, nil
 }
-
 // startedBefore reports whether p was created before the round's first
 // deletion, erring on "yes" when that cannot be known.
 func (c *Controller) startedBefore(ctx context.Context, namespace string, p podRef, x *indexed, first uint64, deadline time.Time) bool {

@@ -1,0 +1,349 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// Results of a reconcile, as counted in config_watcher_reconciles_total.
+const (
+	resultRestarted = "restarted"
+	resultAdopted   = "adopted"
+	resultUnchanged = "unchanged"
+	resultRefused   = "refused"
+	resultError     = "error"
+	resultGone      = "gone"
+)
+
+// round is the restart of the pods selected by one ConfigMap for one digest.
+type round struct {
+	hash     digest
+	selector string // the annotation's raw value
+	intent   string // the intent it wrote or resumed ("" for none)
+	pods     []podRef
+	state    []podState // state[i] is pods[i]'s; each restart goroutine owns its own
+	indexed  *indexed   // set when the round began from the pod index
+}
+
+type podRef struct {
+	name, uid string
+	// rv, for a pod taken from the pod index, is its resourceVersion as
+	// the index saw it: a precondition of its deletion.
+	rv string
+	// version is metadata.resourceVersion as listed, 0 if unknown.
+	version uint64
+}
+
+// podState is where a pod of a round stands.
+type podState uint8
+
+const (
+	podPending   podState = iota
+	podRestarted          // deleted or evicted (or would be, in a dry run)
+	podGone               // not found: nothing to do
+	podRefused            // a precondition failed: another pod has the name, or it changed since the index saw it
+	podStuck              // a disruption budget kept refusing its eviction
+)
+
+var (
+	// errNotLeader stops a round when this replica may no longer act.
+	errNotLeader = errors.New("not the leader: round stopped")
+	// errSuperseded stops a round whose data or selector changed: the
+	// change queued the ConfigMap again.
+	errSuperseded = errors.New("the configmap changed: round superseded")
+)
+
+func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
+
+// reconcile takes one ConfigMap one step along the state model (doc.go).
+// An error means "retry later"; anything that retrying cannot fix returns nil.
+func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		c.mu.Unlock()
+		return resultGone, nil
+	}
+	step, cm, r, left := e.decide(c.recordsOnServer()), e.cm, e.round, e.i
+	c.mu.Unlock()
+	log := c.log.With("namespace", cm.namespace, "configmap", cm.name)
+
+	switch step {
+	case stepNothing:
+		return resultUnchanged, nil
+	case stepRecord, stepAdopt:
+		if err := c.record(ctx, key, cm, nil); errors.Is(err, errSuperseded) {
+			return resultUnchanged, nil
+		} else if err != nil {
+			return resultError, err
+		}
+		if step == stepAdopt {
+			log.Info("adopted configmap", "hash", cm.hash)
+			return resultAdopted, nil
+		}
+		return resultUnchanged, nil
+	}
+
+	sel, err := selector.Parse(cm.selector)
+	if err != nil {
+		// Retrying cannot fix the selector; a new event will bring a fixed
+		// one, and the data change is still pending then.
+		c.metrics.InvalidSelectors.Inc()
+		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
+		c.event(cm, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(cm.selector, 256), err))
+		return resultRefused, nil
+	}
+	log = log.With("selector", sel.String())
+	if r == nil {
+		resume := (*intent)(nil)
+		if step == stepResume {
+			resume = &left
+		}
+		if r, err = c.beginRound(ctx, key, cm, sel, resume, log); errors.Is(err, errSuperseded) {
+			return resultUnchanged, nil
+		} else if err != nil {
+			c.roundFailed(cm, err)
+			return resultError, err
+		}
+	}
+	err = c.restartAll(ctx, key, cm.namespace, r, log)
+	if err == nil && r.indexed != nil && !r.indexed.swept {
+		err = c.finishSweep(ctx, key, cm, sel, r, log)
+	}
+	if err == nil {
+		err = c.record(ctx, key, cm, r)
+	}
+	if errors.Is(err, errSuperseded) {
+		// The change that superseded the round queued the key again.
+		log.Info("round superseded by a newer change", "hash", cm.hash)
+		return resultUnchanged, nil
+	}
+	if err != nil {
+		c.roundFailed(cm, err)
+		return resultError, err
+	}
+	restarted := r.count(podRestarted)
+	log.Info("pods restarted", "hash", cm.hash, "pods", restarted)
+	if c.cfg.DryRun {
+		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed)", restarted, sel, cm.hash.short()))
+	} else {
+		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s", restarted, sel, cm.hash.short()))
+	}
+	return resultRestarted, nil
+}
+
+func (r *round) count(s podState) int {
+	n := 0
+	for _, st := range r.state {
+		if st == s {
+			n++
+		}
+	}
+	return n
+}
+
+// beginRound takes the pods a round restarts and writes its intent before
+// any of them goes. A resumed round takes the pods its intent names; a new
+// one takes them from the pod index when it can answer now (the sweep
+// confirms them later), else from a LIST.
+func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
+	r := &round{hash: cm.hash, selector: cm.selector}
+	var pods []podRef
+	if resume == nil {
+		pods, r.indexed = c.fromIndex(cm.namespace, sel)
+	}
+	if r.indexed == nil {
+		var err error
+		if pods, err = c.listPods(ctx, cm.namespace, sel); err != nil {
+			return nil, fmt.Errorf("list pods: %w", err)
+		}
+	}
+	if resume != nil {
+		// The others were created after the round began, with this data.
+		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !resume.has(p.uid) })
+		r.intent = resume.text
+		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
+	} else {
+		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", r.indexed != nil)
+		if len(pods) > 0 {
+			written, err := c.writeIntent(ctx, key, cm, pods)
+			if err != nil {
+				return nil, err
+			}
+			r.intent = written.text
+		}
+	}
+	r.pods, r.state = pods, make([]podState, len(pods))
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || !e.exists || e.cm.hash != cm.hash || e.cm.selector != cm.selector || e.i.text != r.intent {
+		return nil, errSuperseded
+	}
+	e.round = r
+	return r, nil
+}
+
+// current reports whether r is still the entry's round: no event has shown
+// other data, another selector, or someone else's record or intent.
+func (c *Controller) current(key string, r *round) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	return e != nil && e.exists && e.round == r
+}
+
+// writeIntent records that a round for cm.hash begins with pods, and
+// returns the intent. The write goes first: should the round be cut short,
+// the next controller knows which pods were started before it.
+func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) (intent, error) {
+	in := newIntent(cm.hash, pods)
+	if err := c.writeState(ctx, cm, RestartingAnnotation, in.text); err != nil {
+		return intent{}, fmt.Errorf("record the round in progress: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.i = in
+		if e.cm.hash != in.hash {
+			e.outdated = in.text // the data moved on while we wrote
+		}
+		if e.round != nil {
+			e.round.intent = in.text
+		}
+	}
+	return in, nil
+}
+
+// record notes that every selected pod now runs cm.hash and that the
+// round, if any, is over. r is the round that ends (nil for an adoption):
+// if it is no longer the current one, nothing is recorded.
+func (c *Controller) record(ctx context.Context, key string, cm configMap, r *round) error {
+	c.mu.Lock()
+	e := c.entries[key]
+	stale := e == nil || !e.exists || e.cm.hash != cm.hash || (r != nil && e.round != r)
+	c.mu.Unlock()
+	if stale {
+		return errSuperseded
+	}
+	if err := c.writeState(ctx, cm, RestartedForAnnotation, cm.hash.String()); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.r, e.i, e.adopted = cm.hash, intent{}, false
+		if r != nil && e.round == r {
+			e.round = nil
+		}
+	}
+	return nil
+}
+
+// writeState writes one state annotation (R, or I) on the ConfigMap; R
+// removes I, the round being over. The patch names the uid, so it fails
+// instead of marking a re-created ConfigMap of the same name. Without
+// RECORD_HASH, or in a dry run, the state lives in memory only.
+func (c *Controller) writeState(ctx context.Context, cm configMap, annotation, value string) error {
+	if !c.mayAct() {
+		return errNotLeader
+	}
+	if !c.recordsOnServer() {
+		return nil
+	}
+	annotations := map[string]any{annotation: value}
+	if annotation == RestartedForAnnotation {
+		annotations[RestartingAnnotation] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
+	if err != nil {
+		return fmt.Errorf("build patch: %w", err)
+	}
+	_, err = c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+	switch {
+	case err == nil:
+		return nil
+	case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
+		// Deleted or replaced meanwhile: the new object gets its own round.
+		return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
+	case apiclient.IsForbidden(err):
+		return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
+	default:
+		return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
+	}
+}
+
+// listPods returns the pods the selector matches that are not already
+// terminating, except the controller's own.
+func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
+	var pods []podRef
+	q := url.Values{"labelSelector": {sel.String()}, "limit": {"500"}}
+	path := apiclient.CorePath(namespace, "pods", "")
+	for {
+		body, err := c.api.Get(ctx, path, q, watch.MetadataListAccept) // names, uids and deletion timestamps, not specs
+		if err != nil {
+			if apiclient.IsForbidden(err) {
+				return nil, fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+			}
+			return nil, err
+		}
+		if !gjson.ValidBytes(body) {
+			return nil, fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
+		}
+		page := gjson.ParseBytes(body)
+		items := page.Get("items") // null when empty, in a metadata-only list
+		if !items.IsArray() {
+			items = gjson.Result{}
+		}
+		items.ForEach(func(_, item gjson.Result) bool {
+			meta := item.Get("metadata")
+			name, uid := meta.Get("name").String(), meta.Get("uid").String()
+			switch {
+			case name == "" || uid == "":
+				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
+			case meta.Get("deletionTimestamp").Exists():
+				// Already terminating: deleting again changes nothing.
+			case name == c.cfg.OwnPod:
+				c.log.Info("not deleting own pod", "namespace", namespace, "pod", name)
+			default:
+				pods = append(pods, podRef{name: name, uid: uid, version: meta.Get("resourceVersion").Uint()})
+			}
+			return true
+		})
+		cont := page.Get("metadata.continue").String()
+		if cont == "" {
+			return pods, nil
+		}
+		q.Set("continue", cont)
+	}
+}
+
+// event records an Event on cm, if events are on.
+func (c *Controller) event(cm configMap, typ, reason, message string) {
+	if c.cfg.Events == nil {
+		return
+	}
+	c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.namespace, Name: cm.name, UID: cm.uid}, typ, reason, message)
+}
+
+// roundFailed reports a failed round, except a stop for losing leadership
+// or for a newer change.
+func (c *Controller) roundFailed(cm configMap, err error) {
+	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, context.Canceled) {
+		return
+	}
+	c.event(cm, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
+}
