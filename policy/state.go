@@ -23,7 +23,7 @@ type entry struct {
 	exists bool // false: a tombstone
 	// adopted: r was taken from the first sighting, not from a record.
 	adopted bool
-	seen   uint64 // sequence number of the last event about the entry
+	seen    uint64 // sequence number of the last event about the entry
 }
 
 // step is what a reconcile does next; see the table in doc.go.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -183,6 +183,7 @@ func (c *Controller) sweep(ctx context.Context, namespace string, sel *selector.
 	}
 	return missed, nil
 }
+
 // startedBefore reports whether p was created before the round's first
 // deletion, erring on "yes" when that cannot be known.
 func (c *Controller) startedBefore(ctx context.Context, namespace string, p podRef, x *indexed, first uint64, deadline time.Time) bool {
