@@ -49,6 +49,9 @@ type fakeAPI struct {
 	requests []request
 	pageSize int
 	fault    func(r request) (status int, body string, ok bool)
+	// afterDelete, if set, runs (with mu held) after a pod is deleted.
+	afterDelete func(p fakePod)
+	removed     []string // pods deleted, in order
 	srv      *httptest.Server
 	nextUID  int
 	// revision numbers writes, as etcd does; pods created by addPod and
@@ -80,6 +83,11 @@ func (f *fakeAPI) client() *apiclient.Client {
 func (f *fakeAPI) addPod(name string, labels map[string]string) fakePod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.addPodLocked(name, labels)
+}
+
+// addPodLocked is addPod with f.mu held.
+func (f *fakeAPI) addPodLocked(name string, labels map[string]string) fakePod {
 	f.nextUID++
 	f.revision++
 	p := &fakePod{name: name, uid: fmt.Sprintf("uid-new-%d", f.nextUID), labels: labels, version: f.revision}
@@ -177,7 +185,8 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 	var opts struct {
 		Kind          string `json:"kind"`
 		Preconditions struct {
-			UID string `json:"uid"`
+			UID             string `json:"uid"`
+			ResourceVersion string `json:"resourceVersion"`
 		} `json:"preconditions"`
 		DryRun []string `json:"dryRun"`
 	}
@@ -191,14 +200,31 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 		writeStatus(w, 404, "NotFound", `pods "`+name+`" not found`)
 	case opts.Preconditions.UID != p.uid:
 		writeStatus(w, 409, "Conflict", "Precondition failed: UID in precondition: "+opts.Preconditions.UID+", UID in object meta: "+p.uid)
+	case opts.Preconditions.ResourceVersion != "" && opts.Preconditions.ResourceVersion != strconv.FormatUint(p.version, 10):
+		writeStatus(w, 409, "Conflict", "Precondition failed: ResourceVersion in precondition: "+opts.Preconditions.ResourceVersion+", ResourceVersion in object meta: "+strconv.FormatUint(p.version, 10))
 	default:
 		rv := p.version
 		if len(opts.DryRun) == 0 {
 			delete(f.pods, name)
 			f.revision++
 			rv = f.revision
+			f.removed = append(f.removed, name)
+			if f.afterDelete != nil {
+				f.afterDelete(*p)
+			}
 		}
 		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q,"resourceVersion":"%d"}}`, name, rv)
+	}
+}
+
+// replaceAll replaces every pod by a new one with the same labels, as a
+// rollout restart does.
+func (f *fakeAPI) replaceAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, p := range f.pods {
+		delete(f.pods, name)
+		f.addPodLocked(name+"r", p.labels)
 	}
 }
 

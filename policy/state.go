@@ -75,18 +75,20 @@ func (e *entry) apply(cm configMap) {
 		prev = configMap{}
 		e.i, e.outdated = intent{}, ""
 	}
-	if cm.recorded != prev.recorded && !cm.recorded.isZero() {
+	// A record written ends a round, its intent included.
+	recorded := cm.recorded != prev.recorded && !cm.recorded.isZero()
+	if recorded {
 		e.r = cm.recorded
 	}
-	if cm.intent.text != prev.intent.text {
+	if recorded || cm.intent.text != prev.intent.text {
 		e.i = cm.intent
 	}
 	if e.i.present() && e.i.hash != cm.hash {
 		e.outdated = e.i.text
 	}
-	if r := e.round; r != nil && (r.hash != cm.hash || r.selector != cm.selector || r.intent != e.i.text) {
-		// Other data, another selector, or someone else's intent or
-		// record: the round is not the current one any more.
+	if r := e.round; r != nil && (recorded || r.hash != cm.hash || r.selector != cm.selector || r.intent != e.i.text) {
+		// Someone's record, someone else's intent, other data or another
+		// selector: the round is not the current one any more.
 		e.round = nil
 	}
 	e.cm = cm

@@ -1,0 +1,267 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestEachStateHasOneStep ensures decide maps every state of the model
+// (doc.go) to the step the table names.
+func TestEachStateHasOneStep(t *testing.T) {
+	d1, d2 := digest{1}, digest{2}
+	intentFor := func(h digest) intent { return parseIntent(h.String() + "/uid-1") }
+	tests := []struct {
+		name     string
+		e        entry
+		onServer bool
+		want     step
+	}{
+		{"RoundInProgressContinues", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2), round: &round{}}, true, stepContinue},
+		{"IntentForTheDataResumes", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2)}, true, stepResume},
+		{"IntentForOtherDataRestartsEveryPod", entry{cm: configMap{hash: d1, recorded: d1}, r: d1, i: intentFor(d2)}, true, stepRound},
+		{"IntentForNoDataRestartsEveryPod", entry{cm: configMap{hash: d1, recorded: d1}, r: d1, i: parseIntent("garbage")}, true, stepRound},
+		{"OutdatedIntentIsNotResumed", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2), outdated: intentFor(d2).text}, true, stepRound},
+		{"FirstSightAdopts", entry{cm: configMap{hash: d1}, r: d1, adopted: true}, true, stepAdopt},
+		{"NoRecordAdopts", entry{cm: configMap{hash: d1}}, true, stepAdopt},
+		{"RecordOfTheDataDoesNothing", entry{cm: configMap{hash: d1, recorded: d1}, r: d1}, true, stepNothing},
+		{"RecordMissingOnTheServerIsWritten", entry{cm: configMap{hash: d1}, r: d1}, true, stepRecord},
+		{"RecordInMemoryOnlyDoesNothing", entry{cm: configMap{hash: d1}, r: d1}, false, stepNothing},
+		{"OtherDataRestartsEveryPod", entry{cm: configMap{hash: d2, recorded: d1}, r: d1}, true, stepRound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.e.decide(tt.onServer))
+		})
+	}
+}
+
+// TestApplyKeepsTheModelTrue ensures an event updates R, I and the round
+// the way the model needs: our own writes are not undone by events that
+// were on their way, an intent seen while the data differs is outdated for
+// good, and a round ends when the data, the selector, or a peer's record or
+// intent says it is no longer current.
+func TestApplyKeepsTheModelTrue(t *testing.T) {
+	d1, d2 := digest{1}, digest{2}
+	i2 := parseIntent(d2.String() + "/uid-1")
+	t.Run("EventBeforeOurRecordDoesNotUndoIt", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1, intent: i2}, r: d1, i: i2}
+		e.r, e.i = d2, intent{} // our record
+		e.apply(configMap{uid: "u", hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		assert.Equal(t, d2, e.r)
+		assert.False(t, e.i.present())
+	})
+	t.Run("PeerRecordIsTaken", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1}, r: d1}
+		e.apply(configMap{uid: "u", hash: d2, recorded: d2})
+		assert.Equal(t, d2, e.r)
+	})
+	t.Run("IntentSeenWithOtherDataStaysOutdated", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", hash: d2, intent: i2}, r: d1, i: i2}
+		e.apply(configMap{uid: "u", hash: d1, intent: i2})
+		e.apply(configMap{uid: "u", hash: d2, intent: i2})
+		assert.Equal(t, stepRound, e.decide(true), "data back at the intent's digest does not resume it")
+	})
+	for _, tt := range []struct {
+		name string
+		cm   configMap
+	}{
+		{"RoundEndsOnOtherData", configMap{uid: "u", hash: d1, selector: "a=b", intent: i2}},
+		{"RoundEndsOnAnotherSelector", configMap{uid: "u", hash: d2, selector: "a=c", intent: i2}},
+		{"RoundEndsOnAPeersRecord", configMap{uid: "u", hash: d2, selector: "a=b", recorded: d2}},
+		{"RoundEndsOnAPeersIntent", configMap{uid: "u", hash: d2, selector: "a=b", intent: parseIntent(d2.String() + "/uid-9")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := entry{cm: configMap{uid: "u", hash: d2, selector: "a=b", intent: i2}, r: d1, i: i2}
+			e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
+			e.apply(tt.cm)
+			assert.Nil(t, e.round)
+		})
+	}
+	t.Run("RoundGoesOnOnItsOwnEvents", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", hash: d2, selector: "a=b", recorded: d1}, r: d1, i: i2}
+		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
+		e.apply(configMap{uid: "u", hash: d2, selector: "a=b", intent: i2, recorded: d1})
+		assert.NotNil(t, e.round)
+	})
+}
+
+// replacingAPI makes the fake API behave like a ReplicaSet: each deleted
+// pod is replaced by a new one with the same labels.
+func replacingAPI(t *testing.T) *fakeAPI {
+	api := newFakeAPI(t, webPods()...)
+	api.afterDelete = func(p fakePod) {
+		if !p.terminating {
+			api.addPodLocked(p.name+"x", p.labels)
+		}
+	}
+	return api
+}
+
+// assertEachDeletedOnce checks that no pod name was deleted twice.
+func assertEachDeletedOnce(t *testing.T, api *fakeAPI) {
+	t.Helper()
+	api.mu.Lock()
+	deleted := slices.Clone(api.removed)
+	api.mu.Unlock()
+	slices.Sort(deleted)
+	assert.Equal(t, slices.Compact(slices.Clone(deleted)), deleted, "a pod deleted twice")
+}
+
+// webappPods lists the names of the pods app=webapp selects now.
+func (f *fakeAPI) webappPods() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for name, p := range f.pods {
+		if p.labels["app"] == "webapp" && !p.terminating {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestRevertAfterACutShortRound ensures data set back to the recorded
+// digest after a round was cut short (killed, or its record failed)
+// restarts every selected pod: the replacements of the cut-short round run
+// the other data.
+func TestRevertAfterACutShortRound(t *testing.T) {
+	t.Run("KilledMidRoundThenReverted", func(t *testing.T) {
+		// A fresh controller finds v1 recorded, data v1 again, and the
+		// intent of the v2 round that was killed after webapp-1 went.
+		api := replacingAPI(t)
+		api.pods["webapp-1x"] = &fakePod{name: "webapp-1x", uid: "uid-1x", labels: map[string]string{"app": "webapp"}, version: 50}
+		delete(api.pods, "webapp-1")
+		c, m := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1,
+			intent: hashOf(t, v2) + "/uid-1,uid-2,uid-3"})
+		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+		assert.ElementsMatch(t, []string{"webapp-1x", "webapp-2", "webapp-3"}, api.deletedPods(), "every pod, the v2 replacement included")
+		assert.Equal(t, []string{hashOf(t, v1)}, api.recordedHashes())
+		assert.Empty(t, api.intents()[len(api.intents())-1], "the record removes the intent")
+	})
+	t.Run("RecordFailsWhileReverted", func(t *testing.T) {
+		api := replacingAPI(t)
+		var failRecord atomic.Bool
+		failRecord.Store(true)
+		recordTried := make(chan struct{}, 100)
+		api.fault = func(r request) (int, string, bool) {
+			if r.method == http.MethodPatch && strings.Contains(r.body, RestartedForAnnotation) && failRecord.Load() {
+				recordTried <- struct{}{}
+				return 503, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503}`, true
+			}
+			return 0, "", false
+		}
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		<-recordTried
+		intentV2 := api.intents()[0]
+		// Set back to v1 while the record is retried; the server holds the intent.
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1, intent: intentV2})
+		failRecord.Store(false)
+		settle(t, c)
+		require.Eventually(t, func() bool { return slices.Contains(api.recordedHashes(), hashOf(t, v1)) }, waitFor, time.Millisecond)
+		settle(t, c)
+		assert.Equal(t, []string{"webapp-1xx", "webapp-2xx", "webapp-3xx"}, api.webappPods(), "every pod runs v1: restarted after the revert")
+		assertEachDeletedOnce(t, api)
+		recorded := api.recordedHashes()
+		assert.Equal(t, hashOf(t, v1), recorded[len(recorded)-1], "v1 recorded last (the v2 attempts failed)")
+	})
+}
+
+// TestToggledDataNeverReusesARound ensures a round or intent for data that
+// was left and came back is not resumed: v2's round fails on one pod, data
+// goes back to v1 (a round for v1 restarts everything), every pod is then
+// replaced (a rollout restart), and v2 again restarts every pod.
+func TestToggledDataNeverReusesARound(t *testing.T) {
+	api := replacingAPI(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-2") && failing.Load() {
+			return 500, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`, true
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 1 }, waitFor, time.Millisecond)
+	intentV2 := api.intents()[0]
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1, intent: intentV2})
+	failing.Store(false)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+
+	api.replaceAll() // kubectl rollout restart
+	before := api.webappPods()
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	for _, p := range before {
+		assert.Contains(t, api.deletedPods(), p, "a pod of before the second v2 was kept")
+	}
+	assertEachDeletedOnce(t, api)
+	assert.Equal(t, []string{hashOf(t, v1), hashOf(t, v2)}, api.recordedHashes())
+}
+
+// TestPeersRecordEndsOurRound ensures a round whose pods a peer (the new
+// leader) restarted and recorded stops: nothing more is deleted and our
+// own record is not written over the peer's.
+func TestPeersRecordEndsOurRound(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	release := make(chan struct{})
+	var once sync.Once
+	var c *Controller
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			once.Do(func() {
+				// Our intent, then the peer's record of the round it
+				// finished while our first deletion hung.
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: api.intents()[0]})
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
+				close(release)
+			})
+			<-release
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxConcurrentRestarts: 1})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) >= 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"webapp-1"}, api.deletedPods())
+	assert.Empty(t, api.recordedHashes())
+}
+
+// TestTombstonesAreBounded ensures ConfigMaps created and deleted under
+// ever new names (kustomize's configMapGenerator with prune) leave a
+// bounded memory on a healthy watch.
+func TestTombstonesAreBounded(t *testing.T) {
+	api := newFakeAPI(t)
+	c, _ := newTestController(t, api.client(), Config{})
+	for i := range 3 * maxTombstones {
+		s := cmSpec{name: fmt.Sprintf("gen-%d", i), uid: fmt.Sprintf("u%d", i), selector: ptr("app=webapp"), data: v1}
+		handle(t, c, watch.Added, s)
+		handle(t, c, watch.Deleted, s)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.LessOrEqual(t, len(c.entries), maxTombstones)
+	assert.LessOrEqual(t, len(c.tombstones), maxTombstones)
+}
