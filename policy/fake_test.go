@@ -52,8 +52,8 @@ type fakeAPI struct {
 	// afterDelete, if set, runs (with mu held) after a pod is deleted.
 	afterDelete func(p fakePod)
 	removed     []string // pods deleted, in order
-	srv      *httptest.Server
-	nextUID  int
+	srv         *httptest.Server
+	nextUID     int
 	// revision numbers writes, as etcd does; pods created by addPod and
 	// deletions take the next one.
 	revision uint64
