@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,4 +205,73 @@ func TestIndexNotUsable(t *testing.T) {
 			assert.Len(t, append(api.deletedPods(), api.evictedPods()...), 3)
 		})
 	}
+}
+
+// TestIndexNeverDeletesOnAStaleView ensures a pod deleted on the index's
+// word carries its resourceVersion: a pod relabelled since the index saw
+// it is refused by the server and, as the sweep's LIST no longer selects
+// it, never deleted; a pod a third party began to delete is refused too,
+// and its replacement, created before our first deletion, is restarted.
+func TestIndexNeverDeletesOnAStaleView(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	tests := []struct {
+		name        string
+		change      func(api *fakeAPI) // between the index's view and the deletions
+		wantDeleted []string          // successful deletions
+	}{{
+		name: "a relabelled pod is not deleted",
+		change: func(api *fakeAPI) {
+			api.revision++
+			api.pods["webapp-1"].labels = map[string]string{"app": "quarantine"}
+			api.pods["webapp-1"].version = api.revision
+		},
+		wantDeleted: []string{"webapp-2", "webapp-3"},
+	}, {
+		name: "the replacement of a pod a third party deleted is restarted",
+		change: func(api *fakeAPI) {
+			api.revision++
+			api.pods["webapp-1"].terminating = true
+			api.pods["webapp-1"].version = api.revision
+			api.addPodLocked("webapp-1b", web)
+		},
+		wantDeleted: []string{"webapp-1b", "webapp-2", "webapp-3"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pods := []*fakePod{{name: "webapp-1", uid: "uid-1", labels: web}, {name: "webapp-2", uid: "uid-2", labels: web}, {name: "webapp-3", uid: "uid-3", labels: web}}
+			api := newFakeAPI(t, pods...)
+			x := indexOf(t, pods...) // the index's view, before the change
+			api.mu.Lock()
+			tt.change(api)
+			api.mu.Unlock()
+			c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+			api.mu.Lock()
+			removed := slices.Sorted(slices.Values(api.removed))
+			api.mu.Unlock()
+			assert.Equal(t, tt.wantDeleted, removed)
+			assert.Contains(t, api.deletedPods(), "webapp-1", "tried with the index's resourceVersion, and refused")
+		})
+	}
+}
+
+// TestIndexWithOpaqueResourceVersionsListsFirst ensures a round lists
+// first when the index's pods have resourceVersions that are not numbers:
+// the sweep could not compare them.
+func TestIndexWithOpaqueResourceVersionsListsFirst(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	x := podindex.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	x.BeginList()
+	x.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"kind":"PartialObjectMetadata","metadata":{"name":"webapp-1","namespace":"ns","uid":"uid-1","resourceVersion":"opaque-7","labels":{"app":"webapp"}}}`)})
+	x.EndList()
+	c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	reqs := api.seen("", "pods")
+	require.NotEmpty(t, reqs)
+	assert.Equal(t, http.MethodGet, reqs[0].method, "listed first")
+	assert.Len(t, api.deletedPods(), 3, "each pod once, the list's")
 }
