@@ -204,7 +204,7 @@ func look(x *podindex.Index, uids ...string) view {
 	v := newView()
 	v.len = x.Len()
 	var seen []map[string]string
-	pods, _, ok := x.Select(ns, func(l map[string]string) bool { seen = append(seen, l); return true })
+	pods, _, ok := selectWithoutRV(x, ns, func(l map[string]string) bool { seen = append(seen, l); return true })
 	v.ok, v.pods = ok, sortPods(slices.Clone(pods))
 	// Select calls matches once per candidate, in the order it returns them.
 	for i, p := range pods {
@@ -550,7 +550,7 @@ func TestSelectReadiness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			x := podindex.New(discard)
 			tc.feed(x)
-			pods, _, ok := x.Select(ns, all)
+			pods, _, ok := selectWithoutRV(x, ns, all)
 			assert.Equal(t, tc.wantOK, ok)
 			if !tc.wantOK {
 				assert.Empty(t, pods, "no partial answer")
@@ -623,7 +623,7 @@ func TestEndList(t *testing.T) {
 			x := podindex.New(discard)
 			tc.before(x)
 			relist(x, tc.relist...)
-			pods, _, ok := x.Select(ns, all)
+			pods, _, ok := selectWithoutRV(x, ns, all)
 			require.True(t, ok)
 			assert.Equal(t, tc.wantNames, names(pods))
 			assert.Equal(t, tc.wantLen, x.Len())
@@ -663,7 +663,7 @@ func TestSelect(t *testing.T) {
 		{"UnknownNamespace", "nowhere", all, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pods, _, ok := x.Select(tc.ns, tc.matches)
+			pods, _, ok := selectWithoutRV(x, tc.ns, tc.matches)
 			require.True(t, ok)
 			assert.Equal(t, tc.want, names(pods))
 		})
@@ -673,7 +673,7 @@ func TestSelect(t *testing.T) {
 		p := webapp("a", "10")
 		p.terminating = true
 		x.Handle(event(watch.Modified, p))
-		pods, _, _ := x.Select(ns, app("webapp"))
+		pods, _, _ := selectWithoutRV(x, ns, app("webapp"))
 		assert.Empty(t, pods)
 		_, _, known := x.Created(context.Background(), ns, "uid-a", 0)
 		assert.True(t, known, "a terminating pod is still indexed until DELETED")
@@ -720,7 +720,7 @@ func TestDeletedRemovesByUID(t *testing.T) {
 	x.Handle(event(watch.Added, repl))
 	old.rv = "10"
 	x.Handle(event(watch.Deleted, old))
-	pods, _, _ := x.Select(ns, all)
+	pods, _, _ := selectWithoutRV(x, ns, all)
 	assert.Equal(t, []podindex.Pod{{Name: "web-0", UID: "uid-new"}}, pods)
 	assert.Equal(t, 1, x.Len())
 
@@ -755,7 +755,7 @@ func TestSkipsObjectsWithoutIdentity(t *testing.T) {
 				assert.NotPanics(t, func() {
 					x.Handle(watch.Event{Type: typ, Object: []byte(tc.object), ResourceVersion: "5"})
 				})
-				pods, _, ok := x.Select(ns, all)
+				pods, _, ok := selectWithoutRV(x, ns, all)
 				assert.True(t, ok)
 				assert.Equal(t, []string{"a"}, names(pods), "the index is unchanged")
 				assert.Equal(t, 1, x.Len())
@@ -788,7 +788,7 @@ func TestMalformedJSONDoesNotPanic(t *testing.T) {
 				assert.NotPanics(t, func() {
 					x.Handle(watch.Event{Type: typ, Object: []byte(tc.object), ResourceVersion: "5"})
 				})
-				pods, _, ok := x.Select(ns, all)
+				pods, _, ok := selectWithoutRV(x, ns, all)
 				assert.True(t, ok)
 				assert.Contains(t, names(pods), "a", "the listed pod is untouched")
 				assert.LessOrEqual(t, x.Len(), 2)
@@ -822,7 +822,7 @@ func TestOddButIdentifiedObjects(t *testing.T) {
 			got, _, known := x.Created(context.Background(), ns, "u", 0)
 			assert.True(t, known)
 			assert.Equal(t, tc.wantCreated, got)
-			pods, _, _ := x.Select(ns, all)
+			pods, _, _ := selectWithoutRV(x, ns, all)
 			assert.Equal(t, []podindex.Pod{{Name: "a", UID: "u"}}, pods)
 		})
 	}
@@ -839,7 +839,7 @@ func TestKeepsNothingOfTheEventBuffer(t *testing.T) {
 		ev.Object[i] = 'x'
 	}
 	var labels map[string]string
-	pods, _, _ := x.Select(ns, func(l map[string]string) bool { labels = l; return true })
+	pods, _, _ := selectWithoutRV(x, ns, func(l map[string]string) bool { labels = l; return true })
 	assert.Equal(t, []podindex.Pod{{Name: "a", UID: "uid-a"}}, pods)
 	assert.Equal(t, map[string]string{"app": "webapp"}, labels)
 }
@@ -1101,7 +1101,7 @@ func FuzzHandle(f *testing.F) {
 		// snapshot renders what Select shows: each pod with its labels.
 		snapshot := func() string {
 			var labels []string // one per candidate, in Select's order
-			pods, _, _ := x.Select(ns, func(l map[string]string) bool {
+			pods, _, _ := selectWithoutRV(x, ns, func(l map[string]string) bool {
 				var b strings.Builder
 				for _, k := range slices.Sorted(maps.Keys(l)) {
 					fmt.Fprintf(&b, "%q=%q,", k, l[k])
@@ -1133,7 +1133,7 @@ func FuzzHandle(f *testing.F) {
 		if n := x.Len(); n != len(listItems) {
 			t.Fatalf("after a relist of %d pods Len is %d", len(listItems), n)
 		}
-		pods, _, ok := x.Select(ns, all)
+		pods, _, ok := selectWithoutRV(x, ns, all)
 		if !ok || !slices.Equal(sortPods(pods), listed) {
 			t.Fatalf("after a relist Select gives %v (ok %v), want %v", pods, ok, listed)
 		}
@@ -1184,4 +1184,29 @@ func fuzzSeeds(f *testing.F) ([]json.RawMessage, []fuzzSeed) {
 		seeds = append(seeds, fuzzSeed{string(watch.Added), []byte(s)}, fuzzSeed{string(watch.Modified), []byte(s)})
 	}
 	return list.Items, seeds
+}
+
+// selectWithoutRV is Select with the resourceVersions left out, for the
+// tests that compare names and uids (TestSelectReportsResourceVersion
+// checks them).
+func selectWithoutRV(x *podindex.Index, ns string, matches func(map[string]string) bool) ([]podindex.Pod, uint64, bool) {
+	pods, lists, ok := x.Select(ns, matches)
+	for i := range pods {
+		pods[i].ResourceVersion = ""
+	}
+	return pods, lists, ok
+}
+
+// TestSelectReportsResourceVersion ensures Select gives each pod's
+// resourceVersion as last seen: a deletion decided from the index carries
+// it as a precondition.
+func TestSelectReportsResourceVersion(t *testing.T) {
+	x := podindex.New(nil)
+	x.BeginList()
+	x.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"7","labels":{"app":"web"}}}`)})
+	x.EndList()
+	x.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"9","labels":{"app":"web"}}}`)})
+	pods, _, ok := x.Select("ns", func(map[string]string) bool { return true })
+	require.True(t, ok)
+	assert.Equal(t, []podindex.Pod{{Name: "a", UID: "u", ResourceVersion: "9"}}, pods)
 }

@@ -217,7 +217,7 @@ func TestIndexNeverDeletesOnAStaleView(t *testing.T) {
 	tests := []struct {
 		name        string
 		change      func(api *fakeAPI) // between the index's view and the deletions
-		wantDeleted []string          // successful deletions
+		wantDeleted []string           // successful deletions
 	}{{
 		name: "a relabelled pod is not deleted",
 		change: func(api *fakeAPI) {
