@@ -181,7 +181,7 @@ func collection(ns, resource string) string {
 
 // podIndexes makes one pod index per watched namespace (or one for all),
 // each fed by its own metadata-only list + watch, and the lookup the
-// controller uses. An index whose watch is not in sync is not offered, and
+// controller uses. An index is offered only while its watch stream is open (Watching, not Ready with its grace: a frozen index must not decide), and
 // the indexes are not part of readiness: without them (a Role that
 // predates watch on pods, say) rounds list pods first, as before.
 func podIndexes(namespaces []string, client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) (func(string) policy.PodIndex, []*watch.ListWatcher) {
@@ -203,7 +203,7 @@ func podIndexes(namespaces []string, client *apiclient.Client, log *slog.Logger,
 		if !ok {
 			f, ok = indexes[""]
 		}
-		if !ok || !f.lw.Ready() {
+		if !ok || !f.lw.Watching() {
 			return nil
 		}
 		return f.index
