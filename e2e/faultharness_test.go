@@ -165,6 +165,9 @@ func (f *faultProxy) SetRules(t *testing.T, rules string) {
 // Clear removes every fault.
 func (f *faultProxy) Clear(t *testing.T) { t.Helper(); f.do(t, http.MethodDelete, "/_fault/rules", "") }
 
+// Drop closes every connection in flight, as a proxy restart would.
+func (f *faultProxy) Drop(t *testing.T) { t.Helper(); f.do(t, http.MethodPost, "/_fault/drop", "") }
+
 // Fired returns how often each rule fired, by rule name.
 func (f *faultProxy) Fired(t *testing.T) map[string]int {
 	t.Helper()

@@ -1,0 +1,250 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests of this file drive the controller into the interrupted states of
+// the state model (policy/doc.go) on the real control plane and check the
+// promise from the audit log: every selected pod ends up running the
+// current data, each restarted once per change, and nothing else deleted.
+
+const restartingAnnotation = "config-watcher.k8spatterns.io/restarting"
+
+// changes remembers, for each data change a test makes, when it was made
+// and which selected pods were alive just before: the only pods a deletion
+// after it may hit.
+type changes struct {
+	ns, selector string
+	list         []dataChange
+}
+
+type dataChange struct {
+	at     time.Time
+	before map[string]bool
+}
+
+// set changes the webapp's data. The pods are listed first and the clock
+// read before the patch, so that every deletion the audit log shows after
+// `at` belongs to this change or a later one.
+func (h *changes) set(t *testing.T, message string) {
+	t.Helper()
+	before := map[string]bool{}
+	for _, p := range livePods(t, h.ns, h.selector) {
+		before[p.name] = true
+	}
+	at := time.Now()
+	mergePatch(t, h.ns, "webapp-config", fmt.Sprintf(`{"data":{"message":%q}}`, message))
+	h.list = append(h.list, dataChange{at: at, before: before})
+}
+
+// requirePromiseKept waits until no pod alive before the last change
+// survives, then checks from the audit log that no pod was deleted twice,
+// that every deletion hit a pod alive before the latest change preceding it
+// (no pod created after a change is restarted for it), that the pods in
+// spared were never deleted, and that no round is left in progress.
+func (h *changes) requirePromiseKept(t *testing.T, spared ...string) {
+	t.Helper()
+	last := h.list[len(h.list)-1]
+	eventually(t, waitTimeout, "every pod alive before the last change replaced", func() (bool, string) {
+		var old []string
+		for _, p := range livePods(t, h.ns, h.selector) {
+			if last.before[p.name] {
+				old = append(old, p.name)
+			}
+		}
+		return len(old) == 0, fmt.Sprintf("still running: %v", old)
+	})
+	eventually(t, waitTimeout, "the round's intent removed", func() (bool, string) {
+		v, ok := getConfigMap(t, h.ns, "webapp-config").Metadata.Annotations[restartingAnnotation]
+		return !ok, v
+	})
+	events := podDeletes(t, h.ns, adminUser)
+	n := deletesByPod(events)
+	for name, k := range n {
+		assert.LessOrEqual(t, k, 1, "pod %s deleted %d times", name, k)
+	}
+	for _, e := range events {
+		if e.ResponseStatus == nil || e.ResponseStatus.Code/100 != 2 {
+			continue
+		}
+		received, err := time.Parse(time.RFC3339Nano, e.RequestReceivedTimestamp)
+		require.NoError(t, err)
+		i := len(h.list) - 1
+		for i > 0 && h.list[i].at.After(received) {
+			i--
+		}
+		assert.True(t, h.list[i].before[e.ObjectRef.Name], "pod %s, created after change %d, was deleted for it at %s", e.ObjectRef.Name, i, received.Format(time.StampMicro))
+	}
+	for _, name := range spared {
+		assert.Zero(t, n[name], "pod %s was deleted", name)
+	}
+}
+
+// successfulDeletes counts the controller's successful pod deletions in ns.
+func successfulDeletes(t *testing.T, ns string) int {
+	n := 0
+	for _, k := range deletesByPod(podDeletes(t, ns, adminUser)) {
+		n += k
+	}
+	return n
+}
+
+// TestInterruptedKilledThenReverted ensures data set back to the recorded
+// value after a round cut short by SIGKILL restarts every pod: the
+// replacements of the cut-short round run the data in between.
+func TestInterruptedKilledThenReverted(t *testing.T) {
+	const replicas, passed = 6, 2
+	ns := newNamespace(t)
+	webappWith(t, ns, replicas)
+	h := &changes{ns: ns, selector: "app=webapp"}
+	fp := startFaultProxy(t, env.proxyURL)
+	first := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	first.WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+	fp.SetRules(t, fmt.Sprintf(`[{"name":"hold","method":"DELETE","after":%d,"delay":"120s"}]`, passed))
+
+	h.set(t, "v2")
+	eventually(t, waitTimeout, fmt.Sprintf("%d deletions", passed), func() (bool, string) {
+		n := successfulDeletes(t, ns)
+		return n >= passed, fmt.Sprint(n)
+	})
+	require.Eventually(t, func() bool { return fp.Fired(t)["hold"] > 0 }, 10*time.Second, 50*time.Millisecond)
+	first.Kill(t)
+	require.Contains(t, getConfigMap(t, ns, "webapp-config").Metadata.Annotations, restartingAnnotation,
+		"the intent was written before the first deletion")
+	waitPods(t, ns, "app=webapp", replicas)
+
+	h.set(t, "Hello") // back to the recorded data
+	fp.Clear(t)
+	second := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	second.WaitReady(t)
+	h.requirePromiseKept(t)
+}
+
+// TestInterruptedRecordFailsThenReverted ensures data set back while the
+// record of a round is being retried (503, Retry-After 30 s) restarts every
+// pod for the data set back: all of them had been restarted for the other.
+func TestInterruptedRecordFailsThenReverted(t *testing.T) {
+	const replicas = 6
+	ns := newNamespace(t)
+	webappWith(t, ns, replicas)
+	h := &changes{ns: ns, selector: "app=webapp"}
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	c.WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+	// The intent's PATCH passes; the record's is refused once, for 30 s.
+	fp.SetRules(t, `[{"name":"record503","method":"PATCH","path":"/configmaps/webapp-config","after":1,"times":1,"status":503,"retryAfter":30}]`)
+
+	h.set(t, "v2")
+	require.Eventually(t, func() bool { return fp.Fired(t)["record503"] > 0 }, waitTimeout, 50*time.Millisecond)
+	require.Equal(t, replicas, successfulDeletes(t, ns))
+	waitPods(t, ns, "app=webapp", replicas)
+	h.set(t, "Hello")
+	h.requirePromiseKept(t)
+}
+
+// TestInterruptedToggleNeverReusesARound ensures a round for data that was
+// left and came back is never resumed: a v2 round fails on one pod, the data
+// goes back to v1, every pod is replaced by a third party (scaled to zero
+// and back), and v2 again restarts every pod.
+func TestInterruptedToggleNeverReusesARound(t *testing.T) {
+	const replicas = 4
+	ns := newNamespace(t)
+	pods := webappWith(t, ns, replicas)
+	h := &changes{ns: ns, selector: "app=webapp"}
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	c.WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+	fp.SetRules(t, fmt.Sprintf(`[{"name":"stuck","method":"DELETE","path":"/pods/%s","status":500}]`, pods[0].name))
+
+	h.set(t, "v2")
+	eventually(t, waitTimeout, "the v2 round failing on one pod", func() (bool, string) {
+		n := successfulDeletes(t, ns)
+		return n == replicas-1 && fp.Fired(t)["stuck"] > 1, fmt.Sprint(n)
+	})
+	h.set(t, "Hello")
+	fp.Clear(t)
+	h.requirePromiseKept(t)
+
+	kubectl(t, "scale", "deployment", "webapp", "-n", ns, "--replicas=0")
+	waitPods(t, ns, "app=webapp", 0)
+	kubectl(t, "scale", "deployment", "webapp", "-n", ns, "--replicas="+fmt.Sprint(replicas))
+	waitPods(t, ns, "app=webapp", replicas)
+	h.set(t, "v2")
+	h.requirePromiseKept(t)
+}
+
+// TestInterruptedFrozenIndexDeletesNoBystander ensures a pod index whose
+// watch is down is not trusted: with the pod watch refused and its stream
+// cut, a selected pod relabelled out of the selection is not deleted when
+// the data changes, and the others are restarted.
+func TestInterruptedFrozenIndexDeletesNoBystander(t *testing.T) {
+	const replicas = 3
+	ns := newNamespace(t)
+	pods := webappWith(t, ns, replicas)
+	h := &changes{ns: ns, selector: "app=webapp"}
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	c.WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+
+	fp.SetRules(t, `[{"name":"podwatch503","watch":"true","path":"/pods","status":503}]`)
+	fp.Drop(t) // cut the streams in flight; the pod watch cannot come back
+	require.Eventually(t, func() bool { return fp.Fired(t)["podwatch503"] > 0 }, waitTimeout, 50*time.Millisecond)
+	quarantined := pods[0].name
+	kubectl(t, "label", "pod", quarantined, "-n", ns, "app=quarantine", "--overwrite")
+
+	h.set(t, "v2")
+	h.requirePromiseKept(t, quarantined)
+	assert.True(t, slices.ContainsFunc(livePods(t, ns, "app=quarantine"), func(p pod) bool { return p.name == quarantined }))
+}
+
+// TestInterruptedFaultsRestartNothingTwice ensures that through a slow,
+// failing API (15 % 429, 15 % 500, 20 ms latency, watch streams cut in the
+// middle of a line) ten data changes 2.5 s apart restart each pod at most
+// once per change and never a pod created after the change: over several
+// runs, the successful deletions never exceed pods × changes.
+func TestInterruptedFaultsRestartNothingTwice(t *testing.T) {
+	const replicas, changesPerRun, runs = 2, 10, 3
+	for run := range runs {
+		t.Run(fmt.Sprintf("run-%d", run+1), func(t *testing.T) {
+			ns := newNamespace(t)
+			webappWith(t, ns, replicas)
+			h := &changes{ns: ns, selector: "app=webapp"}
+			fp := startFaultProxy(t, env.proxyURL)
+			c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+			c.WaitReady(t)
+			waitRestartedFor(t, ns, "webapp-config", "")
+			fp.SetRules(t, `[
+			  {"name":"latency","delay":"20ms"},
+			  {"name":"busy","watch":"false","status":429,"retryAfter":1,"probability":0.15},
+			  {"name":"broken","watch":"false","status":500,"probability":0.15},
+			  {"name":"cut","watch":"true","cutAfterLines":1,"halfLine":true,"probability":0.5}
+			]`)
+			for i := range changesPerRun {
+				h.set(t, fmt.Sprintf("change %d", i))
+				time.Sleep(2500 * time.Millisecond) // the changes' pace is the scenario, not a wait for a condition
+			}
+			fired := fp.Fired(t)
+			fp.Clear(t)
+			h.requirePromiseKept(t)
+			deletes := successfulDeletes(t, ns)
+			t.Logf("successful deletions: %d (at most %d); faults fired: %v", deletes, replicas*changesPerRun, fired)
+			assert.LessOrEqual(t, deletes, replicas*changesPerRun)
+			for _, rule := range []string{"busy", "broken", "cut"} {
+				assert.Positive(t, fired[rule], "rule %s never fired: the test did not test it", rule)
+			}
+		})
+	}
+}
