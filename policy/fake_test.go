@@ -141,7 +141,8 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			writeStatus(w, 415, "UnsupportedMediaType", ct)
 			return
 		}
-		io.WriteString(w, `{"kind":"ConfigMap"}`)
+		// The object as written, at the next revision of the test's events.
+		fmt.Fprintf(w, `{"kind":"ConfigMap","metadata":{"resourceVersion":"%d"}}`, lastRV.Add(1))
 	default:
 		writeStatus(w, 405, "MethodNotAllowed", r.Method+" "+r.URL.Path)
 	}

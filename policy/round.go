@@ -211,7 +211,7 @@ func (c *Controller) current(key string, r *round) bool {
 // the next controller knows which pods were started before it.
 func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) (intent, error) {
 	in := newIntent(cm.hash, pods)
-	if err := c.writeState(ctx, cm, RestartingAnnotation, in.text); err != nil {
+	if err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text); err != nil {
 		return intent{}, fmt.Errorf("record the round in progress: %w", err)
 	}
 	c.mu.Lock()
@@ -239,7 +239,7 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 	if stale {
 		return errSuperseded
 	}
-	if err := c.writeState(ctx, cm, RestartedForAnnotation, cm.hash.String()); err != nil {
+	if err := c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String()); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -257,7 +257,7 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 // removes I, the round being over. The patch names the uid, so it fails
 // instead of marking a re-created ConfigMap of the same name. Without
 // RECORD_HASH, or in a dry run, the state lives in memory only.
-func (c *Controller) writeState(ctx context.Context, cm configMap, annotation, value string) error {
+func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string) error {
 	if !c.mayAct() {
 		return errNotLeader
 	}
@@ -272,9 +272,17 @@ func (c *Controller) writeState(ctx context.Context, cm configMap, annotation, v
 	if err != nil {
 		return fmt.Errorf("build patch: %w", err)
 	}
-	_, err = c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
 	switch {
 	case err == nil:
+		// Events older than this write show R and I as they were before it.
+		if v := gjson.GetBytes(answer, "metadata.resourceVersion").Uint(); v != 0 {
+			c.mu.Lock()
+			if e := c.entries[key]; e != nil {
+				e.written = max(e.written, v)
+			}
+			c.mu.Unlock()
+		}
 		return nil
 	case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
 		// Deleted or replaced meanwhile: the new object gets its own round.

@@ -15,6 +15,9 @@ type entry struct {
 	// so new data under the same name counts as a change.
 	r digest
 	i intent
+	// written is the resourceVersion of our last write of R or I: an event
+	// older than it shows them as they were before, and is not taken.
+	written uint64
 	// outdated is the text of an intent observed while the data differed
 	// from its digest: pods created meanwhile run that other data.
 	outdated string
@@ -73,7 +76,13 @@ func (e *entry) apply(cm configMap) {
 		// nothing, but r (from the object it replaces) still tells what
 		// the pods run, so different data counts as a change.
 		prev = configMap{}
-		e.i, e.outdated = intent{}, ""
+		e.i, e.outdated, e.written = intent{}, "", 0
+	}
+	if cm.version != 0 && cm.version < e.written {
+		// On its way before our last write: its R and I are older than
+		// ours. (Comparing with the previous event is not enough when we
+		// wrote twice before the first write's event came back.)
+		cm.recorded, cm.intent = prev.recorded, prev.intent
 	}
 	// A record written ends a round, its intent included.
 	recorded := cm.recorded != prev.recorded && !cm.recorded.isZero()

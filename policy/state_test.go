@@ -61,6 +61,18 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		assert.Equal(t, d2, e.r)
 		assert.False(t, e.i.present())
 	})
+	t.Run("EventOfOurFirstIntentDoesNotUndoOurSecond", func(t *testing.T) {
+		// The sweep wrote a second intent before the first one's event came.
+		i2b := parseIntent(d2.String() + "/uid-1,uid-s")
+		e := entry{cm: configMap{uid: "u", version: 8, hash: d2, recorded: d1, selector: "a=b"}, r: d1, i: i2b, written: 10}
+		e.round = &round{hash: d2, selector: "a=b", intent: i2b.text}
+		e.apply(configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		assert.Equal(t, i2b.text, e.i.text)
+		assert.NotNil(t, e.round)
+		e.apply(configMap{uid: "u", version: 10, hash: d2, recorded: d1, intent: i2b, selector: "a=b"})
+		assert.Equal(t, i2b.text, e.i.text)
+		assert.NotNil(t, e.round)
+	})
 	t.Run("PeerRecordIsTaken", func(t *testing.T) {
 		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1}, r: d1}
 		e.apply(configMap{uid: "u", hash: d2, recorded: d2})
