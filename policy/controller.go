@@ -207,10 +207,9 @@ func (s *scope) EndList() {
 // when every scope has listed and the queue has run dry. Reading the list
 // pages and writing the adoption records grows the heap to several times
 // what the controller then keeps (a digest and a few names per ConfigMap),
-// and the runtime would return the difference only slowly: measured with
-// 5,000 ConfigMaps, 6.2 MiB of anonymous memory instead of 4 MiB, with
-// 20,000, 16.8 MiB instead of 7.5 MiB. A standby, whose queue nobody works,
-// releases as soon as it has listed.
+// and the runtime would return the difference only slowly (BENCHMARKS.md
+// has the figures). A standby, whose queue nobody works, releases as soon
+// as it has listed.
 func (c *Controller) releaseAfterSync() {
 	if c.released.Load() || c.unsynced.Load() > 0 || (!c.queue.idle() && c.mayAct()) {
 		return
