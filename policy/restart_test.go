@@ -200,7 +200,7 @@ func TestInterruptedRoundResumes(t *testing.T) {
 		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
 		assert.Equal(t, []string{"PATCH", "DELETE"}, calls.first(2, http.MethodGet), "after the list: the intent, then the deletions")
 	})
-	t.Run("NoDeletionWhenTheIntentCannotBeWritten", func(t *testing.T) {
+	t.Run("NoDeletionWhenTheIntentCannotBeWrittenAndRetriesKeepTheirPods", func(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		var failing atomic.Bool
 		failing.Store(true)
@@ -215,9 +215,10 @@ func TestInterruptedRoundResumes(t *testing.T) {
 		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 		require.Eventually(t, func() bool { return m.Reconciles.Value(resultError) >= 2 }, waitFor, time.Millisecond)
 		assert.Empty(t, api.deletedPods(), "no deletion without the intent")
+		api.addPod("created-meanwhile", map[string]string{"app": "webapp"}) // after the change: new data
 		failing.Store(false)
 		require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
-		assert.Len(t, api.deletedPods(), 3)
+		assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods(), "the retry keeps the pods the round began with")
 	})
 	t.Run("ResumeSkipsReplacements", func(t *testing.T) {
 		api := newFakeAPI(t, webPods()...) // webapp-2 stands for a replacement: not in the record

@@ -31,7 +31,8 @@ const (
 type round struct {
 	hash     digest
 	selector string // the annotation's raw value
-	intent   string // the intent it wrote or resumed ("" for none)
+	intent   string // the intent it wrote or resumed ("" while none)
+	resumed  bool   // it resumes an intent left by an earlier round
 	pods     []podRef
 	state    []podState // state[i] is pods[i]'s; each restart goroutine owns its own
 	indexed  *indexed   // set when the round began from the pod index
@@ -118,7 +119,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 			return resultError, err
 		}
 	}
-	err = c.restartAll(ctx, key, cm.namespace, r, log)
+	err = c.ensureIntent(ctx, key, cm, r)
+	if err == nil {
+		err = c.restartAll(ctx, key, cm.namespace, r, log)
+	}
 	if err == nil && r.indexed != nil && !r.indexed.swept {
 		err = c.finishSweep(ctx, key, cm, sel, r, log)
 	}
@@ -154,10 +158,11 @@ func (r *round) count(s podState) int {
 	return n
 }
 
-// beginRound takes the pods a round restarts and writes its intent before
-// any of them goes. A resumed round takes the pods its intent names; a new
-// one takes them from the pod index when it can answer now (the sweep
-// confirms them later), else from a LIST.
+// beginRound takes the pods a round restarts: a resumed round those its
+// intent names; a new one those the pod index selects when it can answer
+// now (the sweep confirms them later), else those a LIST returns. The round
+// is kept from here on, so a retry (the intent could not be written, a
+// restart failed) does not take pods created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
 	r := &round{hash: cm.hash, selector: cm.selector}
 	var pods []podRef
@@ -173,28 +178,31 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	if resume != nil {
 		// The others were created after the round began, with this data.
 		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !resume.has(p.uid) })
-		r.intent = resume.text
+		r.intent, r.resumed = resume.text, true
 		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
 	} else {
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", r.indexed != nil)
-		if len(pods) > 0 {
-			written, err := c.writeIntent(ctx, key, cm, pods)
-			if err != nil {
-				return nil, err
-			}
-			r.intent = written.text
-		}
 	}
 	r.pods, r.state = pods, make([]podState, len(pods))
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	if e == nil || !e.exists || e.cm.hash != cm.hash || e.cm.selector != cm.selector || e.i.text != r.intent {
+	if e == nil || !e.exists || e.cm.hash != cm.hash || e.cm.selector != cm.selector || (resume != nil && e.i.text != r.intent) {
 		return nil, errSuperseded
 	}
 	e.round = r
 	return r, nil
+}
+
+// ensureIntent writes the round's intent unless it has one: before the
+// first restart, so that a round cut short leaves it behind.
+func (c *Controller) ensureIntent(ctx context.Context, key string, cm configMap, r *round) error {
+	if r.resumed || r.intent != "" || len(r.pods) == 0 {
+		return nil
+	}
+	_, err := c.writeIntent(ctx, key, cm, r.pods)
+	return err
 }
 
 // current reports whether r is still the entry's round: no event has shown

@@ -89,13 +89,14 @@ func (e *entry) apply(cm configMap) {
 	if recorded {
 		e.r = cm.recorded
 	}
-	if recorded || cm.intent.text != prev.intent.text {
+	intentWritten := cm.intent.text != prev.intent.text
+	if recorded || intentWritten {
 		e.i = cm.intent
 	}
 	if e.i.present() && e.i.hash != cm.hash {
 		e.outdated = e.i.text
 	}
-	if r := e.round; r != nil && (recorded || r.hash != cm.hash || r.selector != cm.selector || r.intent != e.i.text) {
+	if r := e.round; r != nil && (recorded || (intentWritten && cm.intent.text != r.intent) || r.hash != cm.hash || r.selector != cm.selector) {
 		// Someone's record, someone else's intent, other data or another
 		// selector: the round is not the current one any more.
 		e.round = nil
