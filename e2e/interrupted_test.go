@@ -294,8 +294,12 @@ func TestInterruptedFaultsRestartNothingTwice(t *testing.T) {
 			  {"name":"broken","watch":"false","status":500,"probability":0.15},
 			  {"name":"cut","watch":"true","cutAfterLines":1,"halfLine":true,"probability":0.5}
 			]`)
-			fp.Drop(t) // the watches open now were opened before the rules
 			for i := range changesPerRun {
+				// Cuts apply to watches opened under the rules, and a watch
+				// that escapes one lives for minutes: dropping the
+				// connections at every change makes each watch reconnect
+				// ten times, so that the cut rule fires in every run.
+				fp.Drop(t)
 				h.set(t, fmt.Sprintf("change %d", i))
 				time.Sleep(2500 * time.Millisecond) // the changes' pace is the scenario, not a wait for a condition
 			}
