@@ -57,7 +57,7 @@ var settings = []setting{
 		c.Namespaces = nil
 		for _, ns := range strings.Split(v, ",") {
 			ns = strings.TrimSpace(ns)
-			if len(ns) > 63 || !isDNSLabel(ns) {
+			if selector.ValidateDNSLabel(ns) != nil {
 				return fmt.Errorf("%q is not a namespace name (a DNS-1123 label); give one, a comma-separated list, or *", ns)
 			}
 			if slices.Contains(c.Namespaces, ns) {
@@ -68,7 +68,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
-		if v != "" && (len(v) > 63 || !isDNSLabel(v)) {
+		if v != "" && selector.ValidateDNSLabel(v) != nil {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
 		c.LeaseNamespace = v
@@ -148,7 +148,7 @@ var settings = []setting{
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
-		if len(v) > 253 || !isDNSSubdomain(v) {
+		if selector.ValidateDNSSubdomain(v) != nil {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
 		}
 		c.LeaseName = v
@@ -246,30 +246,4 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 		return config{}, err
 	}
 	return c, nil
-}
-
-func isDNSLabel(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func isDNSSubdomain(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if len(label) > 63 || !isDNSLabel(label) {
-			return false
-		}
-	}
-	return true
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/internal/testlog"
 )
 
 // TestLoadConfig ensures each setting is read from its flag, else its
@@ -184,7 +186,7 @@ func TestRunEndToEnd(t *testing.T) {
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("program output:\n%s", logs.String())
@@ -233,23 +235,6 @@ func get(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestSIGTERMExitsZero ensures the real process stops watching and exits 0
 // on SIGTERM. The test binary re-runs itself as the program.
 func TestSIGTERMExitsZero(t *testing.T) {
@@ -260,7 +245,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	defer api.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGTERMExitsZero$")
 	cmd.Env = append(os.Environ(), "CONFIG_WATCHER_RUN_MAIN=1", "API_URL="+api.URL, "WATCH_NAMESPACE=ns", "HTTP_ADDR=127.0.0.1:0")
-	var out syncBuffer
+	var out testlog.Buffer
 	cmd.Stderr = &out
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

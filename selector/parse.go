@@ -274,7 +274,7 @@ func ValidateKey(key string) error {
 	if i := strings.IndexByte(key, '/'); i >= 0 {
 		prefix := key[:i]
 		name = key[i+1:]
-		if err := validateDNSSubdomain(prefix); err != nil {
+		if err := ValidateDNSSubdomain(prefix); err != nil {
 			return fmt.Errorf("prefix %v", err)
 		}
 	}
@@ -313,7 +313,25 @@ func validateName(s string) error {
 	return nil
 }
 
-func validateDNSSubdomain(s string) error {
+// ValidateDNSLabel checks a DNS-1123 label, such as a namespace name: 1 to 63
+// lowercase letters, digits and '-', starting and ending alphanumeric.
+func ValidateDNSLabel(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("%q is not a DNS-1123 label (1 to 63 characters)", s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		lowerAlnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !lowerAlnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return fmt.Errorf("%q is not a DNS-1123 label (lowercase letters, digits, '-')", s)
+		}
+	}
+	return nil
+}
+
+// ValidateDNSSubdomain checks a DNS-1123 subdomain, such as a Lease name or a
+// key's prefix: DNS-1123 labels joined by '.', at most 253 bytes.
+func ValidateDNSSubdomain(s string) error {
 	if s == "" {
 		return fmt.Errorf("is empty")
 	}
@@ -321,15 +339,8 @@ func validateDNSSubdomain(s string) error {
 		return fmt.Errorf("longer than 253 characters")
 	}
 	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 {
-			return fmt.Errorf("%q is not a DNS-1123 subdomain", s)
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			lowerAlnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-			if !lowerAlnum && (c != '-' || i == 0 || i == len(label)-1) {
-				return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
-			}
+		if ValidateDNSLabel(label) != nil {
+			return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
 		}
 	}
 	return nil
