@@ -20,7 +20,7 @@ import (
 )
 
 // The rules the controller needs, and no more: "apiGroup resource verb".
-// Events, pods/eviction and leases join this list when those features land.
+// pods/eviction is not among them: RESTART_STRATEGY=evict adds it.
 var allowedRules = []string{
 	" configmaps list",
 	" configmaps watch",

@@ -114,7 +114,7 @@ func TestBadInputSelectors(t *testing.T) {
 }
 
 // TestBadInputConfigMapShapes ensures ConfigMaps of unusual shape are handled
-// as the README says: 1 MiB of data and binaryData-only changes are acted on;
+// as docs/design.md#decisions says: 1 MiB of data and binaryData-only changes are acted on;
 // null, missing and empty data are the same (no change); a null or garbage
 // record is no record (adopted, nothing deleted); a null selector annotation
 // is an empty selector (refused); non-string values still hash apart.
