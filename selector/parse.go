@@ -34,12 +34,13 @@ type lexer struct {
 	pos int
 }
 
-func isSpecial(c byte) bool {
-	switch c {
-	case '!', '=', ',', '(', ')', '<', '>':
-		return true
-	}
-	return false
+// punctuation, longest first so that "!=" and "==" win over "!" and "=".
+var punctuation = []struct {
+	text string
+	kind tokenKind
+}{
+	{"!=", tokNotEquals}, {"==", tokEquals}, {"!", tokNot}, {"=", tokEquals},
+	{",", tokComma}, {"(", tokOpen}, {")", tokClose}, {"<", tokCompare}, {">", tokCompare},
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -52,38 +53,13 @@ func (l *lexer) next() token {
 	if l.pos >= len(l.in) {
 		return token{kind: tokEOF, pos: start}
 	}
-	c := l.in[l.pos]
-	two := ""
-	if l.pos+1 < len(l.in) {
-		two = l.in[l.pos : l.pos+2]
+	for _, p := range punctuation {
+		if strings.HasPrefix(l.in[l.pos:], p.text) {
+			l.pos += len(p.text)
+			return token{kind: p.kind, text: p.text, pos: start}
+		}
 	}
-	switch {
-	case two == "!=":
-		l.pos += 2
-		return token{kind: tokNotEquals, text: two, pos: start}
-	case two == "==":
-		l.pos += 2
-		return token{kind: tokEquals, text: two, pos: start}
-	case c == '!':
-		l.pos++
-		return token{kind: tokNot, text: "!", pos: start}
-	case c == '=':
-		l.pos++
-		return token{kind: tokEquals, text: "=", pos: start}
-	case c == ',':
-		l.pos++
-		return token{kind: tokComma, text: ",", pos: start}
-	case c == '(':
-		l.pos++
-		return token{kind: tokOpen, text: "(", pos: start}
-	case c == ')':
-		l.pos++
-		return token{kind: tokClose, text: ")", pos: start}
-	case c == '<' || c == '>':
-		l.pos++
-		return token{kind: tokCompare, text: string(c), pos: start}
-	}
-	for l.pos < len(l.in) && !isBlank(l.in[l.pos]) && !isSpecial(l.in[l.pos]) {
+	for l.pos < len(l.in) && !isBlank(l.in[l.pos]) && strings.IndexByte("!=,()<>", l.in[l.pos]) < 0 {
 		l.pos++
 	}
 	return token{kind: tokIdent, text: l.in[start:l.pos], pos: start}
