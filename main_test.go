@@ -173,10 +173,10 @@ func (f *fakeCluster) deleted() []string {
 	return append([]string(nil), f.deletes...)
 }
 
-// TestRunEndToEnd ensures the wired program lists, watches, restarts the
+// TestRunRestartsPodsAndServesProbes ensures the wired program lists, watches, restarts the
 // pods of a changed ConfigMap, serves its probes and metrics, and returns
 // nil when its context ends (as on SIGTERM).
-func TestRunEndToEnd(t *testing.T) {
+func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	fc := &fakeCluster{}
 	api := httptest.NewServer(fc)
 	defer api.Close()

@@ -143,8 +143,8 @@ func TestBaseURLPathPrefixHonoured(t *testing.T) {
 	}
 }
 
-// TestGroupPath ensures paths of API-group resources have the /apis shape.
-func TestGroupPath(t *testing.T) {
+// TestGroupPathHasTheAPIsShape ensures paths of API-group resources have the /apis shape.
+func TestGroupPathHasTheAPIsShape(t *testing.T) {
 	assert.Equal(t, "/apis/coordination.k8s.io/v1/namespaces/ns/leases", apiclient.GroupPath("coordination.k8s.io", "v1", "ns", "leases", ""))
 	assert.Equal(t, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/cw", apiclient.GroupPath("coordination.k8s.io", "v1", "ns", "leases", "cw"))
 }

@@ -214,10 +214,10 @@ func transportError(t *testing.T) error {
 	return err
 }
 
-// TestPredicates ensures each predicate recognises its answer, through
+// TestPredicatesMatchOnlyTheirAnswer ensures each predicate recognises its answer, through
 // wrapping, and only its answer: other codes, a transport failure and a
 // cancelled request match none of them.
-func TestPredicates(t *testing.T) {
+func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 	type flags struct{ notFound, conflict, forbidden, gone, invalid bool }
 	status := func(code int, reason string) error { return &apiclient.StatusError{Code: code, Reason: reason} }
 	tests := []struct {

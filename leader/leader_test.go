@@ -222,9 +222,9 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 	assert.Equal(t, "b", s.holder())
 }
 
-// TestConfigValidate ensures the timing relations that make the election
+// TestUnsafeTimingsRefused ensures the timing relations that make the election
 // safe are enforced.
-func TestConfigValidate(t *testing.T) {
+func TestUnsafeTimingsRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		mutate func(c *Config)

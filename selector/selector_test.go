@@ -92,9 +92,9 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
-// TestMatches ensures local matching agrees with the API server's semantics,
+// TestMatchesAgreesWithTheAPIServer ensures local matching agrees with the API server's semantics,
 // including that negative terms match pods without the key.
-func TestMatches(t *testing.T) {
+func TestMatchesAgreesWithTheAPIServer(t *testing.T) {
 	web := map[string]string{"app": "webapp", "tier": "front"}
 	tests := []struct {
 		name, sel string
@@ -168,9 +168,9 @@ func BenchmarkMatches(b *testing.B) {
 	}
 }
 
-// TestDNSNames ensures the DNS-1123 checks used for namespace and Lease names
+// TestDNSNamesFollowDNS1123 ensures the DNS-1123 checks used for namespace and Lease names
 // accept what the API server accepts and refuse the rest.
-func TestDNSNames(t *testing.T) {
+func TestDNSNamesFollowDNS1123(t *testing.T) {
 	tests := []struct {
 		name             string
 		in               string
