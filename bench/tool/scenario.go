@@ -12,9 +12,18 @@ import (
 	"github.com/k8spatterns/config-watcher/hack/audit"
 )
 
-// readAudit returns the completed requests on resource in ns, in log order.
-func readAudit(path, ns, resource string) ([]audit.Event, error) {
-	return audit.Read(path, func(e audit.Event) bool { return e.On(ns, resource) })
+// readAudit returns the completed requests on configmaps and on pods in ns,
+// in log order.
+func readAudit(path, ns string) (configmaps, pods []audit.Event, err error) {
+	events, err := audit.Read(path, func(e audit.Event) bool { return e.On(ns, "configmaps") || e.On(ns, "pods") })
+	for _, e := range events {
+		if e.ObjectRef.Resource == "pods" {
+			pods = append(pods, e)
+		} else {
+			configmaps = append(configmaps, e)
+		}
+	}
+	return configmaps, pods, err
 }
 
 func appendFile(path, header, line string) error {
@@ -98,11 +107,7 @@ func cmdLatency(args []string) error {
 		}
 	}
 	time.Sleep(1500 * time.Millisecond) // the audit log is written asynchronously
-	patches, err := readAudit(*auditLog, *ns, "configmaps")
-	if err != nil {
-		return err
-	}
-	deletes, err := readAudit(*auditLog, *ns, "pods")
+	patches, deletes, err := readAudit(*auditLog, *ns)
 	if err != nil {
 		return err
 	}
@@ -200,11 +205,7 @@ func cmdBurst(args []string) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	time.Sleep(3 * time.Second) // late duplicates, and the asynchronous audit log
-	patches, err := readAudit(*auditLog, *ns, "configmaps")
-	if err != nil {
-		return err
-	}
-	deletes, err := readAudit(*auditLog, *ns, "pods")
+	patches, deletes, err := readAudit(*auditLog, *ns)
 	if err != nil {
 		return err
 	}
