@@ -111,14 +111,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
-	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", func(c *config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64 {
-			return errors.New("must be a whole number from 1 to 64")
-		}
-		c.Workers = n
-		return nil
-	}},
+	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", func(c *config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > 5*time.Minute {
@@ -135,14 +128,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", durationSetting(func(c *config) *time.Duration { return &c.EvictTimeout })},
-	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", func(c *config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 10000 {
-			return errors.New("must be a whole number from 0 to 10000")
-		}
-		c.MaxConcurrent = n
-		return nil
-	}},
+	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
@@ -166,6 +152,17 @@ func boolSetting(field func(c *config) *bool) func(c *config, v string) error {
 			return errors.New("must be true or false")
 		}
 		*field(c) = b
+		return nil
+	}
+}
+
+func intSetting(lo, hi int, field func(c *config) *int) func(c *config, v string) error {
+	return func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("must be a whole number from %d to %d", lo, hi)
+		}
+		*field(c) = n
 		return nil
 	}
 }

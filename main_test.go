@@ -70,7 +70,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadLogFormat", env: map[string]string{"LOG_FORMAT": "xml"}, wantErr: "LOG_FORMAT"},
 		{name: "BadLogLevel", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "LOG_LEVEL"},
 		{name: "BadRecordHash", env: map[string]string{"RECORD_HASH": "maybe"}, wantErr: "RECORD_HASH"},
-		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: "WORKERS"},
+		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: `WORKERS="0" (from WORKERS): must be a whole number from 1 to 64`},
 		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
 		{name: "BadFlagValueNamesFlag", args: []string{"--workers=x"}, wantErr: "(from --workers)"},
 		{name: "LeaderElectNeedsPodName", env: map[string]string{"LEADER_ELECT": "true"}, wantErr: "needs POD_NAME"},
@@ -86,7 +86,7 @@ func TestLoadConfig(t *testing.T) {
 				assert.Equal(t, time.Second, c.RetryPeriod)
 			}},
 		{name: "BadRestartStrategy", env: map[string]string{"RESTART_STRATEGY": "kill"}, wantErr: "RESTART_STRATEGY"},
-		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS"},
+		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS=\"-1\" (from MAX_CONCURRENT_RESTARTS): must be a whole number from 0 to 10000"},
 		{name: "BadEvents", env: map[string]string{"EVENTS": "sometimes"}, wantErr: "EVENTS"},
 		{name: "BadPodIndex", env: map[string]string{"POD_INDEX": "maybe"}, wantErr: "POD_INDEX"},
 		{name: "BadDryRun", env: map[string]string{"DRY_RUN": "perhaps"}, wantErr: "DRY_RUN"},

@@ -235,8 +235,10 @@ func validateKey(t token) error {
 	return nil
 }
 
+// validateValue checks a label value (never empty in a token): a name of at
+// most 63 bytes, with the characters of a key's name part.
 func validateValue(t token) error {
-	if err := ValidateValue(t.text); err != nil {
+	if err := validateName(t.text); err != nil {
 		return errAt(t, "label value %q: %v", t.text, err)
 	}
 	return nil
@@ -258,15 +260,6 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("name part is empty")
 	}
 	return validateName(name)
-}
-
-// ValidateValue checks a label value: empty, or a name of at most 63 bytes
-// (same characters as a key's name part).
-func ValidateValue(v string) error {
-	if v == "" {
-		return nil
-	}
-	return validateName(v)
 }
 
 func isAlnum(c byte) bool {
