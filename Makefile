@@ -1,8 +1,8 @@
 # config-watcher: build, test, demo. `make help` lists the targets.
 #
 # `make test` is what CI runs (.ci/run): go vet, the unit tests with the race detector,
-# then the e2e suite on a real local control plane (built once, ~15 min cold, cached
-# outside the repo; see hack/build-controlplane.sh).
+# fuzz-short, the compose check, then the e2e suite on a real local control plane (built
+# once, 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md).
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -14,9 +14,14 @@ FUZZ_TIME ?= 10s
 
 .PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean
 
-help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+help: ## list the targets, by group
+	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+##@ try
+demo: ## the book's scenario, narrated, on a local control plane (cold: builds it first, 15-25 min)
+	bash hack/demo.sh
+
+##@ develop
 build: ## build bin/config-watcher
 	$(GO) build -o bin/config-watcher .
 
@@ -24,39 +29,28 @@ vet: ## go vet, e2e files included
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 
-unit: ## unit tests with the race detector
+unit: ## unit tests with the race detector (about 1 min)
 	$(GO) test -race ./...
-
-test: vet unit fuzz-short compose-check e2e ## everything CI runs: vet, unit, fuzz-short, compose check, e2e
 
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-e2e: ## e2e suite on a fresh local control plane (up, test, always down)
+test: vet unit fuzz-short compose-check e2e ## everything CI runs: vet, unit, fuzz-short, compose-check, e2e (about 5 min warm)
+
+clean: ## remove build output (not the cached control plane)
+	rm -rf bin
+
+##@ heavy (each starts processes on all cores; run one at a time)
+e2e: ## e2e suite on a fresh local control plane, up, test, always down (about 4 min; E2E_FLAGS)
 	bash hack/e2e.sh $(E2E_FLAGS)
 
-demo: ## the book's scenario, narrated, on a local control plane
-	bash hack/demo.sh
+soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
+	bash hack/soak.sh
 
-controlplane: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager
-	bash hack/build-controlplane.sh
-
-cluster-up: ## start a local control plane (then eval the output of make cluster-env)
-	bash hack/cluster.sh up
-
-cluster-down: ## stop it
-	bash hack/cluster.sh down
-
-cluster-env: ## print its environment, for eval
-	@bash hack/cluster.sh env
-
-record: ## re-record testdata/recorded/ from a real API server
-	bash hack/record.sh
-
-bench: ## issue 6: config-watcher vs the book's script and a client-go informer, on a fresh control plane (~10 min); see BENCHMARKS.md
+bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 12 min); see BENCHMARKS.md
 	bash bench/run.sh
 
-fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved under testdata/fuzz/ and fails
+fuzz-short: ## every fuzz target for FUZZ_TIME (10s) each, about 1 min; a crash is saved under testdata/fuzz/ and fails
 	@targets=$$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort); \
 	[[ -n $$targets ]] || { echo "no fuzz targets found" >&2; exit 1; }; \
 	failed=(); \
@@ -69,8 +63,18 @@ fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved 
 	done; \
 	if (( $${#failed[@]} )); then printf 'fuzz-short: FAILED: %s\n' "$${failed[@]}" >&2; exit 1; fi
 
-soak: ## 30 min of random edits with proxy restarts on a fresh control plane; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
-	bash hack/soak.sh
+record: ## re-record testdata/recorded/ from two fresh control planes (a few min)
+	bash hack/record.sh
 
-clean: ## remove build output (not the cached control plane)
-	rm -rf bin
+##@ local control plane
+controlplane: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl (cold: 15-25 min)
+	bash hack/build-controlplane.sh
+
+cluster-up: ## start a local control plane (then eval the output of make cluster-env)
+	bash hack/cluster.sh up
+
+cluster-env: ## print its environment, for eval
+	@bash hack/cluster.sh env
+
+cluster-down: ## stop it
+	bash hack/cluster.sh down

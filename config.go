@@ -57,7 +57,7 @@ var settings = []setting{
 		c.Namespaces = nil
 		for _, ns := range strings.Split(v, ",") {
 			ns = strings.TrimSpace(ns)
-			if len(ns) > 63 || !isDNSLabel(ns) {
+			if selector.ValidateDNSLabel(ns) != nil {
 				return fmt.Errorf("%q is not a namespace name (a DNS-1123 label); give one, a comma-separated list, or *", ns)
 			}
 			if slices.Contains(c.Namespaces, ns) {
@@ -68,7 +68,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
-		if v != "" && (len(v) > 63 || !isDNSLabel(v)) {
+		if v != "" && selector.ValidateDNSLabel(v) != nil {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
 		c.LeaseNamespace = v
@@ -111,14 +111,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
-	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", func(c *config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64 {
-			return errors.New("must be a whole number from 1 to 64")
-		}
-		c.Workers = n
-		return nil
-	}},
+	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", func(c *config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > 5*time.Minute {
@@ -135,20 +128,13 @@ var settings = []setting{
 		return nil
 	}},
 	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", durationSetting(func(c *config) *time.Duration { return &c.EvictTimeout })},
-	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", func(c *config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 10000 {
-			return errors.New("must be a whole number from 0 to 10000")
-		}
-		c.MaxConcurrent = n
-		return nil
-	}},
+	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
-		if len(v) > 253 || !isDNSSubdomain(v) {
+		if selector.ValidateDNSSubdomain(v) != nil {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
 		}
 		c.LeaseName = v
@@ -166,6 +152,17 @@ func boolSetting(field func(c *config) *bool) func(c *config, v string) error {
 			return errors.New("must be true or false")
 		}
 		*field(c) = b
+		return nil
+	}
+}
+
+func intSetting(lo, hi int, field func(c *config) *int) func(c *config, v string) error {
+	return func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("must be a whole number from %d to %d", lo, hi)
+		}
+		*field(c) = n
 		return nil
 	}
 }
@@ -246,30 +243,4 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 		return config{}, err
 	}
 	return c, nil
-}
-
-func isDNSLabel(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func isDNSSubdomain(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if len(label) > 63 || !isDNSLabel(label) {
-			return false
-		}
-	}
-	return true
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/internal/testlog"
 )
 
 // TestLoadConfig ensures each setting is read from its flag, else its
@@ -68,7 +70,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadLogFormat", env: map[string]string{"LOG_FORMAT": "xml"}, wantErr: "LOG_FORMAT"},
 		{name: "BadLogLevel", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "LOG_LEVEL"},
 		{name: "BadRecordHash", env: map[string]string{"RECORD_HASH": "maybe"}, wantErr: "RECORD_HASH"},
-		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: "WORKERS"},
+		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: `WORKERS="0" (from WORKERS): must be a whole number from 1 to 64`},
 		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
 		{name: "BadFlagValueNamesFlag", args: []string{"--workers=x"}, wantErr: "(from --workers)"},
 		{name: "LeaderElectNeedsPodName", env: map[string]string{"LEADER_ELECT": "true"}, wantErr: "needs POD_NAME"},
@@ -84,7 +86,7 @@ func TestLoadConfig(t *testing.T) {
 				assert.Equal(t, time.Second, c.RetryPeriod)
 			}},
 		{name: "BadRestartStrategy", env: map[string]string{"RESTART_STRATEGY": "kill"}, wantErr: "RESTART_STRATEGY"},
-		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS"},
+		{name: "BadMaxConcurrentRestarts", env: map[string]string{"MAX_CONCURRENT_RESTARTS": "-1"}, wantErr: "MAX_CONCURRENT_RESTARTS=\"-1\" (from MAX_CONCURRENT_RESTARTS): must be a whole number from 0 to 10000"},
 		{name: "BadEvents", env: map[string]string{"EVENTS": "sometimes"}, wantErr: "EVENTS"},
 		{name: "BadPodIndex", env: map[string]string{"POD_INDEX": "maybe"}, wantErr: "POD_INDEX"},
 		{name: "BadDryRun", env: map[string]string{"DRY_RUN": "perhaps"}, wantErr: "DRY_RUN"},
@@ -171,10 +173,10 @@ func (f *fakeCluster) deleted() []string {
 	return append([]string(nil), f.deletes...)
 }
 
-// TestRunEndToEnd ensures the wired program lists, watches, restarts the
+// TestRunRestartsPodsAndServesProbes ensures the wired program lists, watches, restarts the
 // pods of a changed ConfigMap, serves its probes and metrics, and returns
 // nil when its context ends (as on SIGTERM).
-func TestRunEndToEnd(t *testing.T) {
+func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	fc := &fakeCluster{}
 	api := httptest.NewServer(fc)
 	defer api.Close()
@@ -184,7 +186,7 @@ func TestRunEndToEnd(t *testing.T) {
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("program output:\n%s", logs.String())
@@ -233,23 +235,6 @@ func get(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestSIGTERMExitsZero ensures the real process stops watching and exits 0
 // on SIGTERM. The test binary re-runs itself as the program.
 func TestSIGTERMExitsZero(t *testing.T) {
@@ -260,7 +245,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	defer api.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGTERMExitsZero$")
 	cmd.Env = append(os.Environ(), "CONFIG_WATCHER_RUN_MAIN=1", "API_URL="+api.URL, "WATCH_NAMESPACE=ns", "HTTP_ADDR=127.0.0.1:0")
-	var out syncBuffer
+	var out testlog.Buffer
 	cmd.Stderr = &out
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

@@ -32,8 +32,7 @@ const maxResponseBytes = 1 << 30
 // Client sends requests to one API server base URL.
 type Client struct {
 	base      *url.URL
-	unary     *http.Client
-	streaming *http.Client
+	http      *http.Client
 	userAgent string
 	// RequestTimeout bounds every non-streaming request.
 	RequestTimeout time.Duration
@@ -51,6 +50,9 @@ func New(baseURL, userAgent string) (*Client, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("base URL %q: no host", baseURL)
 	}
+	// Unary requests are bounded by RequestTimeout through their context;
+	// streams by the caller's context and the server's timeoutSeconds, so
+	// the client itself has no Timeout.
 	transport := &http.Transport{
 		Proxy:                 nil, // the ambassador is the proxy; never route it through HTTP_PROXY
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -60,11 +62,8 @@ func New(baseURL, userAgent string) (*Client, error) {
 		TLSHandshakeTimeout:   5 * time.Second,
 	}
 	return &Client{
-		base: u,
-		// Unary requests are bounded by RequestTimeout through their context;
-		// streams by the caller's context and the server's timeoutSeconds.
-		unary:          &http.Client{Transport: transport},
-		streaming:      &http.Client{Transport: transport},
+		base:           u,
+		http:           &http.Client{Transport: transport},
 		userAgent:      userAgent,
 		RequestTimeout: 30 * time.Second,
 	}, nil
@@ -106,7 +105,7 @@ func (c *Client) Stream(ctx context.Context, path string, query url.Values, acce
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.streaming.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)
 	}
@@ -127,7 +126,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.unary.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}

@@ -1,7 +1,6 @@
 package apiclient
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -125,21 +124,6 @@ func IsGone(err error) bool {
 func hasCode(err error, code int) bool {
 	se, ok := asStatus(err)
 	return ok && se.Code == code
-}
-
-// IsRetryable reports whether the same request may succeed later: transport
-// failures (connection refused while the ambassador starts, resets, timeouts),
-// 429, and 5xx. 4xx answers other than 429 are the caller's mistake or
-// missing RBAC and would fail again in the same way.
-func IsRetryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
-	se, ok := asStatus(err)
-	if !ok {
-		return true // not an answer from the server: a transport problem
-	}
-	return se.Code == http.StatusTooManyRequests || se.Code >= 500
 }
 
 // RetryAfter returns the server's requested delay carried by err, or zero.

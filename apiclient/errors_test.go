@@ -214,11 +214,11 @@ func transportError(t *testing.T) error {
 	return err
 }
 
-// TestPredicates ensures each predicate recognises its answer, through
-// wrapping, and only its answer; a transport failure, 429 and 5xx are
-// retryable, other 4xx are not.
-func TestPredicates(t *testing.T) {
-	type flags struct{ notFound, conflict, forbidden, gone, invalid, retryable bool }
+// TestPredicatesMatchOnlyTheirAnswer ensures each predicate recognises its answer, through
+// wrapping, and only its answer: other codes, a transport failure and a
+// cancelled request match none of them.
+func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
+	type flags struct{ notFound, conflict, forbidden, gone, invalid bool }
 	status := func(code int, reason string) error { return &apiclient.StatusError{Code: code, Reason: reason} }
 	tests := []struct {
 		name string
@@ -226,8 +226,8 @@ func TestPredicates(t *testing.T) {
 		want flags
 	}{
 		{name: "Nil", err: nil},
-		{name: "BadRequest400NotRetryable", err: status(400, "BadRequest")},
-		{name: "Unauthorized401NotRetryable", err: status(401, "Unauthorized")},
+		{name: "BadRequest400IsNoneOfThem", err: status(400, "BadRequest")},
+		{name: "Unauthorized401IsNoneOfThem", err: status(401, "Unauthorized")},
 		{name: "Forbidden403", err: status(403, "Forbidden"), want: flags{forbidden: true}},
 		{name: "NotFound404", err: status(404, "NotFound"), want: flags{notFound: true}},
 		{name: "Conflict409", err: status(409, "Conflict"), want: flags{conflict: true}},
@@ -235,15 +235,13 @@ func TestPredicates(t *testing.T) {
 		{name: "Gone410PlainText", err: status(410, ""), want: flags{gone: true}},
 		{name: "ExpiredReasonWithoutCode", err: status(0, "Expired"), want: flags{gone: true}},
 		{name: "Invalid422", err: status(422, "Invalid"), want: flags{invalid: true}},
-		{name: "TooManyRequests429Retryable", err: status(429, "TooManyRequests"), want: flags{retryable: true}},
-		{name: "Internal500Retryable", err: status(500, "InternalError"), want: flags{retryable: true}},
-		{name: "Unavailable503Retryable", err: status(503, "ServiceUnavailable"), want: flags{retryable: true}},
-		{name: "Timeout504Retryable", err: status(504, "Timeout"), want: flags{retryable: true}},
+		{name: "TooManyRequests429IsNoneOfThem", err: status(429, "TooManyRequests")},
+		{name: "Internal500IsNoneOfThem", err: status(500, "InternalError")},
 		{name: "WrappedNotFound", err: fmt.Errorf("delete pod default/webapp-1: %w", status(404, "NotFound")), want: flags{notFound: true}},
 		{name: "WrappedTwiceGone", err: fmt.Errorf("list: %w", fmt.Errorf("page 2: %w", status(410, "Expired"))), want: flags{gone: true}},
 		{name: "JoinedConflict", err: errors.Join(errors.New("other"), status(409, "Conflict")), want: flags{conflict: true}},
-		{name: "TransportErrorRetryable", err: transportError(t), want: flags{retryable: true}},
-		{name: "CancelledNotRetryable", err: fmt.Errorf("GET /x: %w", context.Canceled), want: flags{}},
+		{name: "TransportErrorIsNoneOfThem", err: transportError(t)},
+		{name: "CancelledIsNoneOfThem", err: fmt.Errorf("GET /x: %w", context.Canceled)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -253,7 +251,6 @@ func TestPredicates(t *testing.T) {
 				forbidden: apiclient.IsForbidden(tt.err),
 				gone:      apiclient.IsGone(tt.err),
 				invalid:   apiclient.IsInvalid(tt.err),
-				retryable: apiclient.IsRetryable(tt.err),
 			}
 			assert.Equal(t, tt.want, got)
 		})
@@ -300,7 +297,6 @@ func TestRecordedGoneBodies(t *testing.T) {
 			t.Cleanup(srv.Close)
 			_, err = newClient(t, srv.URL).Get(context.Background(), "/api/v1/namespaces/default/configmaps", nil, "")
 			assert.True(t, apiclient.IsGone(err), "%v", err)
-			assert.False(t, apiclient.IsRetryable(err), "retrying an expired version never succeeds")
 			var se *apiclient.StatusError
 			require.ErrorAs(t, err, &se)
 			assert.Equal(t, want.Reason, se.Reason)

@@ -100,7 +100,7 @@ func TestRBACManifestsAreEnough(t *testing.T) {
 	assertDeletedOnce(t, ns, user, original)
 	assert.Empty(t, podDeletes(t, ns, adminUser), "pods were deleted with the admin identity, not the ServiceAccount's")
 	refused := auditEvents(t, func(e auditEvent) bool {
-		return e.User.Username == user && e.ResponseStatus != nil && e.ResponseStatus.Code == 403
+		return e.User.Username == user && e.Code() == 403
 	})
 	assert.Empty(t, refused, "the API server refused the ServiceAccount's requests: the Role lacks permissions")
 	seen := auditEvents(t, func(e auditEvent) bool { return e.User.Username == user })
@@ -259,7 +259,7 @@ func assertDeletedOnce(t *testing.T, ns, user string, pods []pod) {
 	}
 	assert.Equal(t, want, n, "successful pod deletions by %s in %s; audit: %v", user, ns, events)
 	for _, e := range events {
-		assert.Equal(t, 200, e.ResponseStatus.Code, "unexpected answer to a deletion: %v", e)
+		assert.Equal(t, 200, e.Code(), "unexpected answer to a deletion: %v", e)
 	}
 }
 

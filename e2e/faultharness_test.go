@@ -9,7 +9,6 @@ package e2e
 // controller, and audit-log readers for any log file.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/hack/audit"
 )
 
 // --- a restartable ambassador ---------------------------------------------------------------
@@ -360,33 +361,6 @@ func compactEtcd(t *testing.T) int64 {
 
 // --- audit logs -------------------------------------------------------------------------------
 
-// auditEventsIn is auditEvents for another audit log file.
-func auditEventsIn(t *testing.T, path string, keep func(auditEvent) bool) []auditEvent {
-	t.Helper()
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	require.NoError(t, err, "open audit log")
-	defer f.Close()
-	var events []auditEvent
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			var e auditEvent
-			require.NoError(t, json.Unmarshal(line, &e), "audit line %q", line)
-			if e.Stage == "ResponseComplete" && keep(e) {
-				events = append(events, e)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return events
-		}
-		require.NoError(t, err, "read audit log")
-	}
-}
-
 // podDeletesIn returns the pod deletions in ns by user from the audit logs given
 // (the cluster's by default).
 func podDeletesIn(t *testing.T, ns, user string, logs ...string) []auditEvent {
@@ -396,10 +370,14 @@ func podDeletesIn(t *testing.T, ns, user string, logs ...string) []auditEvent {
 	}
 	var all []auditEvent
 	for _, l := range logs {
-		all = append(all, auditEventsIn(t, l, func(e auditEvent) bool {
-			return e.Verb == "delete" && e.User.Username == user && e.ObjectRef != nil &&
-				e.ObjectRef.Resource == "pods" && e.ObjectRef.Subresource == "" && e.ObjectRef.Namespace == ns
-		})...)
+		events, err := audit.Read(l, func(e auditEvent) bool {
+			return e.Verb == "delete" && e.User.Username == user && e.On(ns, "pods")
+		})
+		if errors.Is(err, os.ErrNotExist) {
+			continue // that API server has not logged a request yet
+		}
+		require.NoError(t, err, "read audit log")
+		all = append(all, events...)
 	}
 	return all
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/hack/audit"
 )
 
 const (
@@ -334,66 +335,22 @@ spec:
 
 // --- audit log ------------------------------------------------------------------------------
 
-// auditEvent is the part of an audit.k8s.io/v1 Event the tests look at.
-type auditEvent struct {
-	AuditID    string `json:"auditID"`
-	Stage      string `json:"stage"`
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	User       struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	StageTimestamp           string `json:"stageTimestamp"`
-	RequestReceivedTimestamp string `json:"requestReceivedTimestamp"`
-}
-
-func (e auditEvent) String() string {
-	code := 0
-	if e.ResponseStatus != nil {
-		code = e.ResponseStatus.Code
-	}
-	return fmt.Sprintf("%s %s %s by %s -> %d", e.StageTimestamp, e.Verb, e.RequestURI, e.User.Username, code)
-}
+// auditEvent is one request the API server logged.
+type auditEvent = audit.Event
 
 // auditEvents returns the completed requests in the audit log for which keep is true.
 func auditEvents(t *testing.T, keep func(auditEvent) bool) []auditEvent {
 	t.Helper()
-	f, err := os.Open(env.auditLog)
-	require.NoError(t, err, "open audit log")
-	defer f.Close()
-	var events []auditEvent
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' { // skip a line still being written
-			var e auditEvent
-			require.NoError(t, json.Unmarshal(line, &e), "audit line %q", line)
-			if e.Stage == "ResponseComplete" && keep(e) {
-				events = append(events, e)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return events
-		}
-		require.NoError(t, err, "read audit log")
-	}
+	events, err := audit.Read(env.auditLog, keep)
+	require.NoError(t, err, "read audit log")
+	return events
 }
 
 // podDeletes returns the pod deletions in ns made by user, from the audit log.
 func podDeletes(t *testing.T, ns, user string) []auditEvent {
 	t.Helper()
 	return auditEvents(t, func(e auditEvent) bool {
-		return e.Verb == "delete" && e.User.Username == user && e.ObjectRef != nil &&
-			e.ObjectRef.Resource == "pods" && e.ObjectRef.Subresource == "" && e.ObjectRef.Namespace == ns
+		return e.Verb == "delete" && e.User.Username == user && e.On(ns, "pods")
 	})
 }
 
@@ -401,7 +358,7 @@ func podDeletes(t *testing.T, ns, user string) []auditEvent {
 func deletesByPod(events []auditEvent) map[string]int {
 	n := map[string]int{}
 	for _, e := range events {
-		if e.ResponseStatus != nil && e.ResponseStatus.Code/100 == 2 {
+		if e.OK() {
 			n[e.ObjectRef.Name]++
 		}
 	}

@@ -128,11 +128,10 @@ func (h *changes) requirePromiseKept(t *testing.T, spared ...string) {
 		assert.LessOrEqual(t, k, 1, "pod %s deleted %d times", name, k)
 	}
 	for _, e := range events {
-		if e.ResponseStatus == nil || e.ResponseStatus.Code/100 != 2 {
+		if !e.OK() {
 			continue
 		}
-		received, err := time.Parse(time.RFC3339Nano, e.RequestReceivedTimestamp)
-		require.NoError(t, err)
+		received := e.Received
 		i := len(h.list) - 1
 		for i > 0 && h.list[i].at.After(received) {
 			i--

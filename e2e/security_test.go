@@ -188,7 +188,7 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 			eventually(t, waitTimeout, "403 on "+missing.verb+" "+missing.resource+" in the audit log", func() (bool, string) {
 				n := len(auditEvents(t, func(e auditEvent) bool {
 					return e.User.Username == user && e.Verb == missing.verb && e.ObjectRef != nil &&
-						e.ObjectRef.Resource == missing.resource && e.ResponseStatus != nil && e.ResponseStatus.Code == 403
+						e.ObjectRef.Resource == missing.resource && e.Code() == 403
 				}))
 				return n > 0, fmt.Sprint(n)
 			})

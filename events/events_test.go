@@ -122,8 +122,8 @@ func TestEventNeverBlocks(t *testing.T) {
 	assert.Positive(t, r.sent.Value("dropped"))
 }
 
-// TestNilRecorder ensures a disabled recorder is safe to call.
-func TestNilRecorder(t *testing.T) {
+// TestDisabledRecorderIsSafeToCall ensures a disabled recorder is safe to call.
+func TestDisabledRecorderIsSafeToCall(t *testing.T) {
 	var r *Recorder
 	assert.NotPanics(t, func() { r.Event(cm, Normal, "X", "y") })
 }

@@ -21,16 +21,7 @@ flags=("$@")
 export CW_STATE_DIR
 CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-e2e.XXXXXX")
 rc=0
-# shellcheck disable=SC2317 # called by the EXIT trap
-teardown() {
-	if ((rc == 0)); then
-		"$hack_dir/cluster.sh" down || true
-	else
-		"$hack_dir/cluster.sh" down --keep || true
-		cw_log "e2e failed (exit $rc); component logs and audit log kept in $CW_STATE_DIR"
-	fi
-}
-trap teardown EXIT
+trap 'cw_cluster_down $rc e2e' EXIT
 
 "$hack_dir/cluster.sh" up || { rc=$?; exit $rc; }
 eval "$("$hack_dir/cluster.sh" env)"

@@ -18,6 +18,8 @@ if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
 	PATH="/usr/local/go/bin:$PATH"
 fi
 
+CW_HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
 cw_log() { printf '==> %s\n' "$*" >&2; }
 cw_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -39,3 +41,15 @@ cw_kubectl() {
 
 # cw_elapsed SECONDS prints a duration as "3m07s".
 cw_elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+# cw_cluster_down RC WHAT stops the control plane of $CW_STATE_DIR (for the EXIT trap of
+# a script that started it). When RC is not 0 the state dir (component logs, audit log
+# and whatever WHAT wrote there) is kept for a look, and its path printed.
+cw_cluster_down() {
+	if (($1 == 0)); then
+		"$CW_HACK_DIR/cluster.sh" down || true
+	else
+		"$CW_HACK_DIR/cluster.sh" down --keep || true
+		cw_log "$2 failed (exit $1); its logs and the audit log are kept in $CW_STATE_DIR"
+	fi
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak test (issue 7; `make soak`, not in CI): on a fresh local control plane of its own,
+# Soak test (`make soak`, not in CI): on a fresh local control plane of its own,
 # runs config-watcher through a kubectl proxy ambassador that is SIGKILLed and restarted
 # periodically, while random edits hit N annotated ConfigMaps (data changes, label edits,
 # annotation edits), each feeding a Deployment of 2 pods. At the end it checks, from the
@@ -51,12 +51,7 @@ teardown() {
 		kill -KILL "$proxy_pid" 2>/dev/null || true
 		wait "$proxy_pid" 2>/dev/null || true
 	fi
-	if ((rc == 0)); then
-		"$hack_dir/cluster.sh" down || true
-	else
-		"$hack_dir/cluster.sh" down --keep || true
-		cw_log "soak failed; logs (controller, ambassador, audit) kept in $CW_STATE_DIR"
-	fi
+	cw_cluster_down $rc soak
 }
 trap teardown EXIT
 

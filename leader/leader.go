@@ -1,14 +1,7 @@
 // Package leader elects one active replica with a coordination.k8s.io/v1
-// Lease, over the same raw API client as the rest of the controller.
-//
-// The algorithm is client-go's: read the Lease; if it is free, ours, or its
-// holder has not renewed it for a whole lease duration (as observed on our
-// own clock, never by comparing clocks), write it with the resourceVersion we
-// read, so that of two candidates exactly one wins and the other gets 409
-// Conflict. A leader renews every RetryPeriod and stops leading once it has
-// not renewed for RenewDeadline, which is shorter than LeaseDuration: it
-// stops acting before anyone else may take over. On shutdown it releases the
-// Lease so a standby takes over at once instead of waiting for it to expire.
+// Lease, over the same raw API client as the rest of the controller, by
+// client-go's algorithm: docs/design.md#leader-election says how, and why a
+// leader always stops acting before anyone else may take over.
 package leader
 
 import (
@@ -21,8 +14,6 @@ import (
 	"net/url"
 	"sync"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 )
@@ -207,11 +198,24 @@ func rbacHint(err error) error {
 
 // record is the part of a Lease's spec the election reads and writes.
 type record struct {
-	Holder          string
-	DurationSeconds int64
-	AcquireTime     string
-	RenewTime       string
-	Transitions     int64
+	Holder          string `json:"holderIdentity,omitempty"` // none: released
+	DurationSeconds int64  `json:"leaseDurationSeconds"`
+	AcquireTime     string `json:"acquireTime"`
+	RenewTime       string `json:"renewTime"`
+	Transitions     int64  `json:"leaseTransitions"`
+}
+
+// lease is the Lease object as read and written; fields the election does
+// not know are not kept.
+type lease struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name            string `json:"name"`
+		Namespace       string `json:"namespace"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	} `json:"metadata"`
+	Spec record `json:"spec"`
 }
 
 func (e *Elector) path() string {
@@ -224,7 +228,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	now := microTime(sent)
 	mine := record{Holder: e.cfg.Identity, DurationSeconds: int64(e.cfg.LeaseDuration / time.Second), AcquireTime: now, RenewTime: now}
 
-	body, err := e.api.Get(ctx, e.path(), nil, "")
+	l, err := e.get(ctx)
 	if apiclient.IsNotFound(err) {
 		if _, err := e.api.Create(ctx, apiclient.GroupPath("coordination.k8s.io", "v1", e.cfg.Namespace, "leases", ""), e.leaseJSON(mine, "")); err != nil {
 			return false, fmt.Errorf("create lease: %w", err)
@@ -233,16 +237,9 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("get lease: %w", err)
+		return false, err
 	}
-	lease := gjson.ParseBytes(body)
-	current := record{
-		Holder:          lease.Get("spec.holderIdentity").String(),
-		DurationSeconds: lease.Get("spec.leaseDurationSeconds").Int(),
-		AcquireTime:     lease.Get("spec.acquireTime").String(),
-		RenewTime:       lease.Get("spec.renewTime").String(),
-		Transitions:     lease.Get("spec.leaseTransitions").Int(),
-	}
+	current := l.Spec
 	if current != e.observed {
 		e.observed, e.observedTime = current, e.cfg.Now()
 	}
@@ -259,7 +256,7 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	} else {
 		mine.Transitions = current.Transitions + 1
 	}
-	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(mine, lease.Get("metadata.resourceVersion").String())); err != nil {
+	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(mine, l.Metadata.ResourceVersion)); err != nil {
 		// 409: someone else wrote it since we read it; try again later.
 		return false, fmt.Errorf("update lease: %w", err)
 	}
@@ -279,39 +276,40 @@ func (e *Elector) held(sent time.Time, r record) {
 func (e *Elector) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	body, err := e.api.Get(ctx, e.path(), nil, "")
+	l, err := e.get(ctx)
 	if err != nil {
 		e.log.Warn("cannot release lease", "err", err)
 		return
 	}
-	lease := gjson.ParseBytes(body)
-	if lease.Get("spec.holderIdentity").String() != e.cfg.Identity {
+	if l.Spec.Holder != e.cfg.Identity {
 		return
 	}
 	now := microTime(e.cfg.Now())
-	r := record{DurationSeconds: 1, AcquireTime: now, RenewTime: now, Transitions: lease.Get("spec.leaseTransitions").Int()}
-	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(r, lease.Get("metadata.resourceVersion").String())); err != nil {
+	r := record{DurationSeconds: 1, AcquireTime: now, RenewTime: now, Transitions: l.Spec.Transitions}
+	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(r, l.Metadata.ResourceVersion)); err != nil {
 		e.log.Warn("cannot release lease", "err", err)
 		return
 	}
 	e.log.Info("released lease")
 }
 
+// get reads the Lease.
+func (e *Elector) get(ctx context.Context) (lease, error) {
+	var l lease
+	body, err := e.api.Get(ctx, e.path(), nil, "")
+	if err != nil {
+		return l, fmt.Errorf("get lease: %w", err)
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return l, fmt.Errorf("get lease: %w", err)
+	}
+	return l, nil
+}
+
 func (e *Elector) leaseJSON(r record, resourceVersion string) []byte {
-	meta := map[string]any{"name": e.cfg.Name, "namespace": e.cfg.Namespace}
-	if resourceVersion != "" {
-		meta["resourceVersion"] = resourceVersion
-	}
-	spec := map[string]any{
-		"leaseDurationSeconds": r.DurationSeconds,
-		"acquireTime":          r.AcquireTime,
-		"renewTime":            r.RenewTime,
-		"leaseTransitions":     r.Transitions,
-	}
-	if r.Holder != "" {
-		spec["holderIdentity"] = r.Holder
-	}
-	b, _ := json.Marshal(map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec})
+	l := lease{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Spec: r}
+	l.Metadata.Name, l.Metadata.Namespace, l.Metadata.ResourceVersion = e.cfg.Name, e.cfg.Namespace, resourceVersion
+	b, _ := json.Marshal(l)
 	return b
 }
 

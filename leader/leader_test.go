@@ -222,9 +222,9 @@ func TestExpiredLeaseIsTaken(t *testing.T) {
 	assert.Equal(t, "b", s.holder())
 }
 
-// TestConfigValidate ensures the timing relations that make the election
+// TestUnsafeTimingsRefused ensures the timing relations that make the election
 // safe are enforced.
-func TestConfigValidate(t *testing.T) {
+func TestUnsafeTimingsRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		mutate func(c *Config)
@@ -244,4 +244,26 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	assert.NoError(t, testConfig("a").Validate())
+}
+
+// TestMalformedLeaseIsNotTaken ensures a Lease the server answers with a body
+// that is not a Lease is an error, never read as a free Lease and taken.
+func TestMalformedLeaseIsNotTaken(t *testing.T) {
+	var puts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			puts.Add(1)
+		}
+		io.WriteString(w, `{"metadata":{"resourceVersion":"1"},"spec":{"leaseDurationSeconds":"fifteen"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	api, err := apiclient.New(srv.URL, "test")
+	require.NoError(t, err)
+	e, err := New(testConfig("a"), api, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	require.NoError(t, err)
+
+	ok, err := e.tryAcquireOrRenew(context.Background())
+	assert.False(t, ok)
+	assert.ErrorContains(t, err, "get lease")
+	assert.Zero(t, puts.Load(), "nothing written")
 }

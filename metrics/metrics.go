@@ -1,11 +1,12 @@
 // Package metrics is a small Prometheus text-format registry: counters,
 // labelled counters and gauges, written by hand to keep the binary free of
-// the client library. Values are atomics, so the hot path never locks.
+// the client library.
 package metrics
 
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -81,17 +82,17 @@ func (c *Counter) write(w io.Writer) {
 // CounterVec is a family of counters told apart by one label.
 type CounterVec struct {
 	name, help, label string
-	mu                sync.RWMutex
-	values            map[string]*atomic.Uint64
+	mu                sync.Mutex
+	values            map[string]uint64
 }
 
 // NewCounterVec registers a labelled counter family. Values listed in
 // initial are exported as 0 from the start, so rate() works from the first
 // scrape.
 func (r *Registry) NewCounterVec(name, help, label string, initial ...string) *CounterVec {
-	c := &CounterVec{name: name, help: help, label: label, values: map[string]*atomic.Uint64{}}
+	c := &CounterVec{name: name, help: help, label: label, values: map[string]uint64{}}
 	for _, v := range initial {
-		c.values[v] = new(atomic.Uint64)
+		c.values[v] = 0
 	}
 	r.add(c)
 	return c
@@ -99,41 +100,24 @@ func (r *Registry) NewCounterVec(name, help, label string, initial ...string) *C
 
 // Inc adds one to the counter with the given label value.
 func (c *CounterVec) Inc(value string) {
-	c.mu.RLock()
-	v, ok := c.values[value]
-	c.mu.RUnlock()
-	if !ok {
-		c.mu.Lock()
-		if v, ok = c.values[value]; !ok {
-			v = new(atomic.Uint64)
-			c.values[value] = v
-		}
-		c.mu.Unlock()
-	}
-	v.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.values[value]++
 }
 
 // Value returns the count for one label value.
 func (c *CounterVec) Value(value string) uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if v, ok := c.values[value]; ok {
-		return v.Load()
-	}
-	return 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.values[value]
 }
 
 func (c *CounterVec) write(w io.Writer) {
 	header(w, c.name, c.help, "counter")
-	c.mu.RLock()
-	keys := make([]string, 0, len(c.values))
-	for k := range c.values {
-		keys = append(keys, k)
-	}
-	c.mu.RUnlock()
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s{%s=\"%s\"} %d\n", c.name, c.label, escapeLabel(k), c.Value(k))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range slices.Sorted(maps.Keys(c.values)) {
+		fmt.Fprintf(w, "%s{%s=\"%s\"} %d\n", c.name, c.label, escapeLabel(k), c.values[k])
 	}
 }
 
@@ -154,14 +138,9 @@ func (r *Registry) NewGauge(name, help string) *Gauge {
 // NewInfo registers a gauge fixed at 1 carrying constant labels, the
 // Prometheus convention for build information.
 func (r *Registry) NewInfo(name, help string, labels map[string]string) {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + `="` + escapeLabel(labels[k]) + `"`
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, k+`="`+escapeLabel(labels[k])+`"`)
 	}
 	g := &Gauge{name: name, help: help, labels: "{" + strings.Join(parts, ",") + "}"}
 	g.Set(1)

@@ -7,7 +7,6 @@ package policy
 // request made), skipped (counted, nothing queued), or acted on.
 
 import (
-	"bytes"
 	"encoding/base64"
 	"log/slog"
 	"net/http"
@@ -20,35 +19,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/internal/testlog"
+
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// syncBuf is a log sink safe for the workers' goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // loggedController is newTestController with its log kept for inspection.
-func loggedController(t *testing.T, api API, cfg Config) (*Controller, *Metrics, *syncBuf) {
+func loggedController(t *testing.T, api API, cfg Config) (*Controller, *Metrics, *testlog.Buffer) {
 	cfg.SelectorAnnotation = DefaultSelectorAnnotation
 	if cfg.NewBackOff == nil {
 		cfg.NewBackOff = fastBackOff
 	}
-	logs := &syncBuf{}
+	logs := &testlog.Buffer{}
 	m := NewMetrics(metrics.NewRegistry())
 	return New(cfg, api, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), m), m, logs
 }
@@ -131,7 +114,7 @@ func TestBadInputSelectors(t *testing.T) {
 }
 
 // TestBadInputConfigMapShapes ensures ConfigMaps of unusual shape are handled
-// as the README says: 1 MiB of data and binaryData-only changes are acted on;
+// as docs/design.md#decisions says: 1 MiB of data and binaryData-only changes are acted on;
 // null, missing and empty data are the same (no change); a null or garbage
 // record is no record (adopted, nothing deleted); a null selector annotation
 // is an empty selector (refused); non-string values still hash apart.

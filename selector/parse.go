@@ -34,12 +34,13 @@ type lexer struct {
 	pos int
 }
 
-func isSpecial(c byte) bool {
-	switch c {
-	case '!', '=', ',', '(', ')', '<', '>':
-		return true
-	}
-	return false
+// punctuation, longest first so that "!=" and "==" win over "!" and "=".
+var punctuation = []struct {
+	text string
+	kind tokenKind
+}{
+	{"!=", tokNotEquals}, {"==", tokEquals}, {"!", tokNot}, {"=", tokEquals},
+	{",", tokComma}, {"(", tokOpen}, {")", tokClose}, {"<", tokCompare}, {">", tokCompare},
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -52,38 +53,13 @@ func (l *lexer) next() token {
 	if l.pos >= len(l.in) {
 		return token{kind: tokEOF, pos: start}
 	}
-	c := l.in[l.pos]
-	two := ""
-	if l.pos+1 < len(l.in) {
-		two = l.in[l.pos : l.pos+2]
+	for _, p := range punctuation {
+		if strings.HasPrefix(l.in[l.pos:], p.text) {
+			l.pos += len(p.text)
+			return token{kind: p.kind, text: p.text, pos: start}
+		}
 	}
-	switch {
-	case two == "!=":
-		l.pos += 2
-		return token{kind: tokNotEquals, text: two, pos: start}
-	case two == "==":
-		l.pos += 2
-		return token{kind: tokEquals, text: two, pos: start}
-	case c == '!':
-		l.pos++
-		return token{kind: tokNot, text: "!", pos: start}
-	case c == '=':
-		l.pos++
-		return token{kind: tokEquals, text: "=", pos: start}
-	case c == ',':
-		l.pos++
-		return token{kind: tokComma, text: ",", pos: start}
-	case c == '(':
-		l.pos++
-		return token{kind: tokOpen, text: "(", pos: start}
-	case c == ')':
-		l.pos++
-		return token{kind: tokClose, text: ")", pos: start}
-	case c == '<' || c == '>':
-		l.pos++
-		return token{kind: tokCompare, text: string(c), pos: start}
-	}
-	for l.pos < len(l.in) && !isBlank(l.in[l.pos]) && !isSpecial(l.in[l.pos]) {
+	for l.pos < len(l.in) && !isBlank(l.in[l.pos]) && strings.IndexByte("!=,()<>", l.in[l.pos]) < 0 {
 		l.pos++
 	}
 	return token{kind: tokIdent, text: l.in[start:l.pos], pos: start}
@@ -259,8 +235,10 @@ func validateKey(t token) error {
 	return nil
 }
 
+// validateValue checks a label value (never empty in a token): a name of at
+// most 63 bytes, with the characters of a key's name part.
 func validateValue(t token) error {
-	if err := ValidateValue(t.text); err != nil {
+	if err := validateName(t.text); err != nil {
 		return errAt(t, "label value %q: %v", t.text, err)
 	}
 	return nil
@@ -274,7 +252,7 @@ func ValidateKey(key string) error {
 	if i := strings.IndexByte(key, '/'); i >= 0 {
 		prefix := key[:i]
 		name = key[i+1:]
-		if err := validateDNSSubdomain(prefix); err != nil {
+		if err := ValidateDNSSubdomain(prefix); err != nil {
 			return fmt.Errorf("prefix %v", err)
 		}
 	}
@@ -282,15 +260,6 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("name part is empty")
 	}
 	return validateName(name)
-}
-
-// ValidateValue checks a label value: empty, or a name of at most 63 bytes
-// (same characters as a key's name part).
-func ValidateValue(v string) error {
-	if v == "" {
-		return nil
-	}
-	return validateName(v)
 }
 
 func isAlnum(c byte) bool {
@@ -313,7 +282,25 @@ func validateName(s string) error {
 	return nil
 }
 
-func validateDNSSubdomain(s string) error {
+// ValidateDNSLabel checks a DNS-1123 label, such as a namespace name: 1 to 63
+// lowercase letters, digits and '-', starting and ending alphanumeric.
+func ValidateDNSLabel(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("%q is not a DNS-1123 label (1 to 63 characters)", s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		lowerAlnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !lowerAlnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return fmt.Errorf("%q is not a DNS-1123 label (lowercase letters, digits, '-')", s)
+		}
+	}
+	return nil
+}
+
+// ValidateDNSSubdomain checks a DNS-1123 subdomain, such as a Lease name or a
+// key's prefix: DNS-1123 labels joined by '.', at most 253 bytes.
+func ValidateDNSSubdomain(s string) error {
 	if s == "" {
 		return fmt.Errorf("is empty")
 	}
@@ -321,15 +308,8 @@ func validateDNSSubdomain(s string) error {
 		return fmt.Errorf("longer than 253 characters")
 	}
 	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 {
-			return fmt.Errorf("%q is not a DNS-1123 subdomain", s)
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			lowerAlnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-			if !lowerAlnum && (c != '-' || i == 0 || i == len(label)-1) {
-				return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
-			}
+		if ValidateDNSLabel(label) != nil {
+			return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
 		}
 	}
 	return nil

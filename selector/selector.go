@@ -72,9 +72,6 @@ func Parse(s string) (*Selector, error) {
 	return &Selector{requirements: reqs}, nil
 }
 
-// Requirements returns a copy of the selector's terms.
-func (s *Selector) Requirements() []Requirement { return slices.Clone(s.requirements) }
-
 // String renders the selector in a canonical form the API server accepts.
 // It is what the controller sends, so the server evaluates exactly what was
 // validated here.

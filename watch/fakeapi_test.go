@@ -27,6 +27,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/internal/testlog"
+
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/metrics"
 )
@@ -457,24 +459,6 @@ func newFakeClock() *fakeClock {
 func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// syncBuffer is a log sink safe for the loop's goroutine and the test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // --- the loop under test -----------------------------------------------------------------
 
 // loop is a ListWatcher running against a fake API server through the real
@@ -486,7 +470,7 @@ type loop struct {
 	bo      *stubBackOff
 	after   *afterRecorder
 	clock   *fakeClock
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	cancel  context.CancelFunc
 	done    chan error
 	stopped sync.Once
@@ -505,7 +489,7 @@ func newLoop(t testing.TB, baseURL string, cfg Config) *loop {
 		bo:    &stubBackOff{step: time.Millisecond},
 		after: &afterRecorder{},
 		clock: newFakeClock(),
-		logs:  &syncBuffer{},
+		logs:  &testlog.Buffer{},
 		done:  make(chan error, 1),
 	}
 	if cfg.Path == "" {

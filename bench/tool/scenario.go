@@ -1,67 +1,29 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/k8spatterns/config-watcher/hack/audit"
 )
 
-// auditEvent is the part of an audit.k8s.io/v1 Event used here.
-type auditEvent struct {
-	Stage     string `json:"stage"`
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	Received time.Time `json:"requestReceivedTimestamp"`
-	Done     time.Time `json:"stageTimestamp"`
-}
-
-func (e auditEvent) ok() bool { return e.ResponseStatus != nil && e.ResponseStatus.Code/100 == 2 }
-
-// readAudit returns the completed requests on resource in ns, in log order.
-func readAudit(path, ns, resource string) ([]auditEvent, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []auditEvent
-	r := bufio.NewReaderSize(f, 1<<20)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' && strings.Contains(string(line), `"namespace":"`+ns+`"`) {
-			var e auditEvent
-			if jerr := json.Unmarshal(line, &e); jerr != nil {
-				return nil, fmt.Errorf("audit line: %w", jerr)
-			}
-			if e.Stage == "ResponseComplete" && e.ObjectRef != nil && e.ObjectRef.Namespace == ns &&
-				e.ObjectRef.Resource == resource && e.ObjectRef.Subresource == "" {
-				out = append(out, e)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
+// readAudit returns the completed requests on configmaps and on pods in ns,
+// in log order.
+func readAudit(path, ns string) (configmaps, pods []audit.Event, err error) {
+	events, err := audit.Read(path, func(e audit.Event) bool { return e.On(ns, "configmaps") || e.On(ns, "pods") })
+	for _, e := range events {
+		if e.ObjectRef.Resource == "pods" {
+			pods = append(pods, e)
+		} else {
+			configmaps = append(configmaps, e)
 		}
 	}
+	return configmaps, pods, err
 }
 
 func appendFile(path, header, line string) error {
@@ -109,7 +71,7 @@ func cmdLatency(args []string) error {
 	fs := flag.NewFlagSet("latency", flag.ExitOnError)
 	base := fs.String("api", "", "API URL (kubectl proxy)")
 	ns := fs.String("ns", "", "namespace")
-	audit := fs.String("audit", "", "audit log")
+	auditLog := fs.String("audit", "", "audit log")
 	n := fs.Int("n", 30, "changes")
 	controller := fs.String("controller", "", "name in the results")
 	results := fs.String("results", "", "results dir")
@@ -145,33 +107,29 @@ func cmdLatency(args []string) error {
 		}
 	}
 	time.Sleep(1500 * time.Millisecond) // the audit log is written asynchronously
-	patches, err := readAudit(*audit, *ns, "configmaps")
+	patches, deletes, err := readAudit(*auditLog, *ns)
 	if err != nil {
 		return err
 	}
-	deletes, err := readAudit(*audit, *ns, "pods")
-	if err != nil {
-		return err
-	}
-	var ours []auditEvent
+	var ours []audit.Event
 	for _, e := range patches {
-		if e.Verb == "patch" && e.UserAgent == userAgent && e.ObjectRef.Name == cm && e.ok() {
+		if e.Verb == "patch" && e.UserAgent == userAgent && e.ObjectRef.Name == cm && e.OK() {
 			ours = append(ours, e)
 		}
 	}
-	var theirs []auditEvent
+	var theirs []audit.Event
 	for _, e := range deletes {
 		if e.Verb == "delete" && e.UserAgent != userAgent {
 			theirs = append(theirs, e)
 		}
 	}
-	slices.SortFunc(theirs, func(x, y auditEvent) int { return x.Received.Compare(y.Received) })
+	slices.SortFunc(theirs, func(x, y audit.Event) int { return x.Received.Compare(y.Received) })
 	if len(ours) != *n {
 		return fmt.Errorf("found %d of our %d PATCHes in the audit log", len(ours), *n)
 	}
 	var lat []float64
 	for i, p := range ours {
-		j := slices.IndexFunc(theirs, func(d auditEvent) bool { return !d.Received.Before(p.Done) })
+		j := slices.IndexFunc(theirs, func(d audit.Event) bool { return !d.Received.Before(p.Done) })
 		if j < 0 {
 			return fmt.Errorf("change %d: no pod DELETE after the PATCH in the audit log", i)
 		}
@@ -196,7 +154,7 @@ func cmdBurst(args []string) error {
 	fs := flag.NewFlagSet("burst", flag.ExitOnError)
 	base := fs.String("api", "", "API URL (kubectl proxy)")
 	ns := fs.String("ns", "", "namespace")
-	audit := fs.String("audit", "", "audit log")
+	auditLog := fs.String("audit", "", "audit log")
 	n := fs.Int("n", 500, "ConfigMaps")
 	workers := fs.Int("workers", 16, "concurrent PATCHes")
 	controller := fs.String("controller", "", "name in the results")
@@ -247,18 +205,14 @@ func cmdBurst(args []string) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	time.Sleep(3 * time.Second) // late duplicates, and the asynchronous audit log
-	patches, err := readAudit(*audit, *ns, "configmaps")
-	if err != nil {
-		return err
-	}
-	deletes, err := readAudit(*audit, *ns, "pods")
+	patches, deletes, err := readAudit(*auditLog, *ns)
 	if err != nil {
 		return err
 	}
 	var firstPatch, lastPatch, lastDelete time.Time
 	patchDone := map[string]time.Time{}
 	for _, e := range patches {
-		if e.Verb != "patch" || e.UserAgent != userAgent || !e.ok() {
+		if e.Verb != "patch" || e.UserAgent != userAgent || !e.OK() {
 			continue
 		}
 		if firstPatch.IsZero() || e.Received.Before(firstPatch) {
@@ -276,7 +230,7 @@ func cmdBurst(args []string) error {
 		if e.Verb != "delete" || e.UserAgent == userAgent {
 			continue
 		}
-		if !e.ok() {
+		if !e.OK() {
 			failed++
 			continue
 		}
