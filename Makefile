@@ -12,7 +12,7 @@ GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
 FUZZ_TIME ?= 10s
 
-.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean
+.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-e2e node e2e-node demo-node
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -71,6 +71,21 @@ fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved 
 
 soak: ## 30 min of random edits with proxy restarts on a fresh control plane; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
+
+image: ## bin/images/config-watcher.tar, no Docker needed (docker load / kind load image-archive); ~1 min
+	bash hack/image/build.sh
+
+image-e2e: node ## image + the e2e node's images (ambassador, pause, demo web server)
+	bash hack/image/build.sh --e2e
+
+node: ## build (or find cached) containerd, kubelet, CNI plugins, static kubectl; cold ~40 min
+	bash hack/node-build.sh
+
+e2e-node: image-e2e ## e2e tests on a real kubelet in a network namespace of their own; ~5 min warm
+	bash hack/node.sh run go test -tags 'e2e e2enode' $(E2E_FLAGS) -run 'TestNode' ./e2e/
+
+demo-node: image-e2e ## the book's demo on a real kubelet: the pods serve the new message; ~3 min warm
+	bash hack/node.sh run bash hack/demo-node.sh
 
 clean: ## remove build output (not the cached control plane)
 	rm -rf bin
