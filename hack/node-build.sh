@@ -15,7 +15,8 @@
 # ~12 min, kubelet ~20 min, kubectl ~6 min (much less once the control plane's build
 # has filled the Go build cache).
 #
-# Usage: hack/node-build.sh [--print-bin-dir]
+# Usage: hack/node-build.sh [--print-bin-dir | BINARY...]   (default: all of them, e.g.
+#        hack/node-build.sh containerd cni/bridge builds only those and their siblings)
 set -euo pipefail
 
 # shellcheck source=hack/node-lib.sh
@@ -27,6 +28,7 @@ if [[ "${1:-}" == "--print-bin-dir" ]]; then
 fi
 
 BINARIES=(containerd ctr containerd-shim-runc-v2 kubelet kubectl-static cni/bridge cni/host-local cni/loopback)
+(($#)) && BINARIES=("$@")
 
 missing() {
 	local b
