@@ -58,6 +58,8 @@ mkdir -p "$build_dir"
 tmp_paths=()
 cleanup() { ((${#tmp_paths[@]})) && rm -rf "${tmp_paths[@]}"; return 0; }
 trap cleanup EXIT
+trap "exit 143" TERM
+trap "exit 130" INT
 
 start_all=$SECONDS
 cw_log "building node binaries into $CW_NODE_BIN_DIR (missing: ${need[*]}); logs in $build_dir/*.log"

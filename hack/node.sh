@@ -73,7 +73,9 @@ snapshot() { # prints what must be the same before and after
 		printf 'sysctl %s=%s\n' "$k" "$(<"/proc/sys/$k")"
 	done
 	awk '{print "mount " $5 " " $9}' /proc/self/mountinfo | sort
-	find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d -name 'cw-node-*' -printf 'cgroup %p\n' | sort
+	# Ours, and what a kubelet, containerd or runc make when a cgroup parent is not passed.
+	find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d \( -name 'cw-node-*' -o -name 'kubepods*' -o -name k8s.io \
+		-o -name 'kubelet*' -o -name 'containerd*' -o -name 'runtime*' \) -printf 'cgroup %p\n' | sort
 	for k in "${FIXED_PATHS[@]}"; do [[ -e $k ]] && echo "path $k"; done
 	true
 }
@@ -200,7 +202,7 @@ inner_teardown() {
 	# Pods first, while the kubelet still runs, so that their containers stop the way
 	# the kubelet stops them; the outer teardown kills by PID whatever is left.
 	if [[ -n ${KUBECONFIG:-} ]]; then
-		timeout 60 "$CW_KUBECTL" delete pods --all --all-namespaces --wait=true --timeout=50s >/dev/null 2>&1
+		timeout 90 "$CW_KUBECTL" delete deployments,replicasets,pods --all --all-namespaces --wait=true --timeout=80s >/dev/null 2>&1
 	fi
 	[[ -f $STATE/kubelet.pid ]] && stop_pid "$(<"$STATE/kubelet.pid")"
 	[[ -f $STATE/containerd.pid ]] && stop_pid "$(<"$STATE/containerd.pid")"
@@ -250,18 +252,22 @@ write_configs() {
 	local sock="$STATE/containerd/containerd.sock"
 	mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet" "$STATE/pod-logs"
 	cat >"$STATE/containerd/config.toml" <<EOF
-version = 3
+version = 4
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
+imports = []
+# Nothing but the CRI, overlayfs and runc; none of them at their default paths under
+# /opt, /etc or /run.
 disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
+  "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri",
+  "io.containerd.image-verifier.v1.bindir"]
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = "$sock"
 
-[ttrpc]
+[plugins.'io.containerd.server.v1.ttrpc']
   address = "$sock.ttrpc"
 
 [plugins.'io.containerd.cri.v1.images']
@@ -275,6 +281,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   restrict_oom_score_adj = true
   # Pod network namespaces under the state dir, not /run/netns.
   netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
