@@ -287,11 +287,14 @@ func TestNodeReadinessFollowsTheAmbassador(t *testing.T) {
 		if !ctl.Ready {
 			return true, ""
 		}
-		if amb, _ := cur.container("ambassador"); amb.State.Running != nil && amb.ContainerID != "" {
-			_, _ = exec.Command(strings.Fields(os.Getenv("CW_CTR"))[0], append(strings.Fields(os.Getenv("CW_CTR"))[1:],
-				"tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(amb.ContainerID, "containerd://"))...).CombinedOutput()
+		amb, _ := cur.container("ambassador")
+		if amb.State.Running != nil && amb.ContainerID != "" {
+			// It may exit between the read and the kill: then there is nothing to kill.
+			base := strings.Fields(os.Getenv("CW_CTR"))
+			_, _ = exec.Command(base[0], append(base[1:], "tasks", "kill", "--signal", "SIGKILL",
+				strings.TrimPrefix(amb.ContainerID, "containerd://"))...).CombinedOutput()
 		}
-		return false, fmt.Sprintf("controller ready=%v, ambassador restarts=%d", ctl.Ready, ctl.RestartCount)
+		return false, fmt.Sprintf("controller ready=%v, ambassador restarts=%d", ctl.Ready, amb.RestartCount)
 	})
 	var after nodePod
 	eventually(t, nodeTimeout, "the controller of "+p.Metadata.Name+" ready again", func() (bool, string) {

@@ -12,9 +12,10 @@
 #               address of hack/cluster.sh's --service-cluster-ip-range=10.0.0.0/24).
 #               There is no kube-proxy: the apiserver listens on 0.0.0.0:443 itself, so a
 #               pod's in-cluster config (KUBERNETES_SERVICE_HOST=10.0.0.1, port 443) reaches it.
-#   cw0         a dummy interface holding the node IP 192.0.2.10 (TEST-NET-1, never routed;
-#               the kubelet refuses a loopback node IP). The default route points into it:
-#               a packet for anywhere else is dropped there.
+#   cw0         an empty bridge (no ports; these kernels have no dummy driver) holding the
+#               node IP 192.0.2.10 (TEST-NET-1, never routed; the kubelet refuses a loopback
+#               node IP). The default route points into it: a packet for anywhere else is
+#               dropped there.
 #   cw-br0      the CNI bridge, pods on 10.88.0.0/24. Pods cannot share the node's network
 #               (hostNetwork): the Deployments run two replicas on one node, and both would
 #               bind 127.0.0.1:8001 and :8080.
@@ -22,8 +23,9 @@
 # The kubelet rewrites vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
 # kernel.panic_on_oops and kernel.keys.root_max* when they differ from what it wants:
 # inside the mount namespace, files holding those values are bind-mounted over the
-# /proc/sys entries, so it reads what it wants and writes nothing. /var/log and
-# /var/lib/cni (the kubelet's and CNI's fixed paths) are state-dir bind mounts there too.
+# /proc/sys entries, so it reads what it wants and writes nothing. /var/log,
+# /var/lib/cni and /var/lib/kubelet (fixed paths of the kubelet and CNI, whatever the
+# configuration says) are state-dir bind mounts there too.
 #
 # Cgroups: the kubelet's cgroupRoot is /cw-node-<pid> in every hierarchy. Every process
 # this script starts runs inside it (the pids hierarchy keeps track of them, shims and
@@ -148,7 +150,7 @@ cmd_run() {
 	trap 'exit 143' TERM
 
 	# Mount points the namespace needs where the machine has none: made now, removed at the end.
-	for t in /var/lib/cni; do
+	for t in /var/lib/cni /var/lib/kubelet; do
 		[[ -d $t ]] || { mkdir -p "$t"; created_dirs+=("$t"); }
 	done
 	local h
@@ -228,7 +230,7 @@ wait_until() {
 setup_network() {
 	ip link set lo up
 	ip addr add "$SERVICE_IP/32" dev lo
-	ip link add cw0 type dummy
+	ip link add cw0 type bridge
 	ip addr add "$NODE_IP/24" dev cw0
 	ip link set cw0 up
 	ip route add default dev cw0
@@ -243,9 +245,11 @@ setup_mounts() {
 		echo "$v" >"$STATE/sysctl/${k//\//.}"
 		mount --bind "$STATE/sysctl/${k//\//.}" "/proc/sys/$k"
 	done
-	mkdir -p "$STATE/var-log" "$STATE/var-lib-cni"
+	mkdir -p "$STATE/var-log" "$STATE/var-lib-cni" "$STATE/var-lib-kubelet"
 	mount --bind "$STATE/var-log" /var/log
 	mount --bind "$STATE/var-lib-cni" /var/lib/cni
+	# The device plugin manager's socket is at a fixed path, whatever --root-dir says.
+	mount --bind "$STATE/var-lib-kubelet" /var/lib/kubelet
 }
 
 write_configs() {
@@ -348,6 +352,7 @@ EOF
 }
 
 kubeconfig() { # FILE TOKEN USER
+	mkdir -p "$(dirname "$1")"
 	cat >"$1" <<EOF
 apiVersion: v1
 kind: Config

@@ -60,5 +60,5 @@ cw_log "building the e2e images: ambassador (kubectl v$CW_KUBE_VERSION), pause, 
 "$assembler" -ref registry.k8s.io/pause:3.10.2 -o "$out/pause.tar" \
 	-entrypoint /pause -user 65535:65535 -file "$work/pause=/pause:0755"
 (cd "$image_dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/http-echo" ./cmd/http-echo)
-"$assembler" -ref hashicorp/http-echo:1.0.0 -o "$out/http-echo.tar" \
+"$assembler" -ref docker.io/hashicorp/http-echo:1.0.0 -o "$out/http-echo.tar" \
 	-entrypoint /http-echo -user 65532:65532 -port 5678/tcp -file "$work/http-echo=/http-echo:0755"
