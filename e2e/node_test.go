@@ -304,6 +304,8 @@ func TestNodeReadinessFollowsTheAmbassador(t *testing.T) {
 	})
 	ctlAfter, _ := after.container("config-watcher")
 	ambAfter, _ := after.container("ambassador")
+	t.Logf("ambassador restarted %d times by the kubelet; controller restarts %d -> %d",
+		ambAfter.RestartCount-ambBefore.RestartCount, ctlBefore.RestartCount, ctlAfter.RestartCount)
 	assert.Equal(t, p.Metadata.UID, after.Metadata.UID, "the pod was replaced")
 	assert.Equal(t, ctlBefore.ContainerID, ctlAfter.ContainerID, "the controller container was restarted")
 	assert.Equal(t, ctlBefore.RestartCount, ctlAfter.RestartCount, "the controller container was restarted")
@@ -479,10 +481,13 @@ func TestNodeShutdownOrder(t *testing.T) {
 
 	var exits []string // container IDs in the order containerd reported their exit
 	status := map[string]int{}
+	var at map[string]time.Time
 	eventually(t, waitTimeout, "task exit events of both containers", func() (bool, string) {
-		exits, status = taskExits(t, eventsLog, ctlID, ambID)
+		exits, status, at = taskExits(t, eventsLog, ctlID, ambID)
 		return len(exits) == 2, fmt.Sprintf("exits so far: %v", exits)
 	})
+	t.Logf("containerd: controller exited (status %d) at %s, ambassador (status %d) %s later",
+		status[ctlID], at[ctlID].Format(time.StampMicro), status[ambID], at[ambID].Sub(at[ctlID]))
 	assert.Equal(t, []string{ctlID, ambID}, exits, "exit order (controller %s, ambassador %s)", ctlID, ambID)
 	assert.Zero(t, status[ctlID], "the controller's exit status")
 
@@ -507,14 +512,16 @@ func startCapture(t *testing.T, path string, cmd *exec.Cmd) *exec.Cmd {
 	return cmd
 }
 
-// taskExits reads `ctr events` output for /tasks/exit of the given containers, in order.
-func taskExits(t *testing.T, path string, ids ...string) ([]string, map[string]int) {
+// taskExits reads `ctr events` output for /tasks/exit of the given containers: their
+// IDs in the order of the events, and each one's exit status and event time.
+func taskExits(t *testing.T, path string, ids ...string) ([]string, map[string]int, map[string]time.Time) {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	var order []string
 	status := map[string]int{}
+	at := map[string]time.Time{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -535,10 +542,14 @@ func taskExits(t *testing.T, path string, ids ...string) ([]string, map[string]i
 			if ev.ContainerID == id {
 				order = append(order, id)
 				status[id] = ev.ExitStatus
+				// The line begins with the event's time, as Go prints a time.Time.
+				if f := strings.Fields(line); len(f) >= 4 {
+					at[id], _ = time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", strings.Join(f[:4], " "))
+				}
 			}
 		}
 	}
-	return order, status
+	return order, status, at
 }
 
 // lastPodState returns the last state of the pod in a `kubectl get --watch -o json` log.
