@@ -30,7 +30,7 @@ import (
 // served over HTTP.
 
 const (
-	nodeNS        = "cw-node-e2e" // manifests/e2e-node/kustomization.yaml
+	nodeNS        = "default" // where manifests/e2e-node is applied, as manifests/ is
 	nodeSA        = "system:serviceaccount:" + nodeNS + ":config-watcher"
 	controllerSel = "app.kubernetes.io/name=config-watcher"
 	webappSel     = "app=webapp"
@@ -139,9 +139,9 @@ func requireNode(t *testing.T) {
 		t.Skip("no node: CW_NODE_NAME and CW_CTR are unset; run make e2e-node (hack/node.sh run …)")
 	}
 	nodeOnce.Do(func() {
-		_, nodeErr = runKubectl("", "apply", "-k", filepath.Join(repoRoot, "manifests", "e2e-node"))
+		_, nodeErr = runKubectl("", "apply", "-n", nodeNS, "-k", filepath.Join(repoRoot, "manifests", "e2e-node"))
 	})
-	require.NoError(t, nodeErr, "kubectl apply -k manifests/e2e-node")
+	require.NoError(t, nodeErr, "kubectl apply -n default -k manifests/e2e-node")
 	waitReadyPods(t, controllerSel, 2)
 	waitReadyPods(t, webappSel, 2)
 }
@@ -400,8 +400,18 @@ func TestNodeRolloutAndFailoverLoseNoChange(t *testing.T) {
 	kubectl(t, "rollout", "status", "deployment/config-watcher", "-n", nodeNS, "--timeout=3m")
 	h.set(t, "rollout 3 "+randomSuffix())
 
-	leader := strings.TrimSpace(kubectl(t, "get", "lease", "config-watcher", "-n", nodeNS, "-o", "jsonpath={.spec.holderIdentity}"))
-	require.NotEmpty(t, leader, "no leader")
+	// A leader that shuts down releases the Lease (empty holder): wait for a new one
+	// among the pods of the rollout.
+	var leader string
+	eventually(t, nodeTimeout, "a leader among the controller's pods", func() (bool, string) {
+		leader = strings.TrimSpace(kubectl(t, "get", "lease", "config-watcher", "-n", nodeNS, "-o", "jsonpath={.spec.holderIdentity}"))
+		for _, p := range nodePods(t, controllerSel) {
+			if p.Metadata.Name == leader {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("holder %q", leader)
+	})
 	kubectl(t, "delete", "pod", leader, "-n", nodeNS, "--wait=false")
 	h.set(t, "failover "+randomSuffix())
 	waitReadyPods(t, controllerSel, 2)
@@ -424,10 +434,12 @@ func TestNodeRolloutAndFailoverLoseNoChange(t *testing.T) {
 	for name, k := range deletesByPod(events) {
 		assert.Equal(t, 1, k, "pod %s deleted %d times", name, k)
 	}
+	inTest := 0
 	for _, e := range events {
 		if e.ResponseStatus == nil || e.ResponseStatus.Code/100 != 2 || !h.list[0].at.Before(mustTime(t, e.RequestReceivedTimestamp)) {
 			continue
 		}
+		inTest++
 		received := mustTime(t, e.RequestReceivedTimestamp)
 		i := len(h.list) - 1
 		for i > 0 && h.list[i].at.After(received) {
@@ -437,6 +449,7 @@ func TestNodeRolloutAndFailoverLoseNoChange(t *testing.T) {
 		assert.True(t, ok && rv < h.list[i].rv, "pod %s (created at revision %d) deleted at %s, after change %d (revision %d)",
 			e.ObjectRef.Name, rv, received.Format(time.StampMicro), i, h.list[i].rv)
 	}
+	t.Logf("%d changes during a rollout and a failover (leader %s deleted): %d pod deletions, none twice", len(h.list), leader, inTest)
 	for name, body := range serve(t, nodePods(t, webappSel)) {
 		assert.Equal(t, getConfigMap(t, nodeNS, "webapp-config").Data["message"], body, "pod %s", name)
 	}

@@ -14,7 +14,7 @@ repo="$(dirname "$hack_dir")"
 source "$hack_dir/lib.sh"
 [[ -n ${CW_NODE_NAME:-} && -n ${CW_KUBECTL:-} ]] || cw_die "no node here: run make demo-node (hack/node.sh run $0)"
 
-ns=cw-node-e2e
+ns=default
 if [[ -t 1 ]]; then bold=$'\e[1m' reset=$'\e[0m'; else bold='' reset=''; fi
 step=0
 say() { step=$((step + 1)); printf '\n%s[%d] %s%s\n' "$bold" "$step" "$*" "$reset"; }
@@ -35,8 +35,8 @@ serve() {
 		-o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}')
 }
 
-say "Applying the manifests to node $CW_NODE_NAME: kubectl apply -k manifests/e2e-node"
-run k apply -k "$repo/manifests/e2e-node"
+say "Applying the manifests to node $CW_NODE_NAME: kubectl apply -n default -k manifests/e2e-node"
+run k apply -n "$ns" -k "$repo/manifests/e2e-node"
 run k wait -n "$ns" --for=condition=Available deployment/config-watcher deployment/webapp --timeout=180s
 run k wait -n "$ns" --for=condition=Ready pod -l app=webapp --timeout=180s
 run k get pods -n "$ns" -o wide
