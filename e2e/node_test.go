@@ -216,6 +216,9 @@ func TestNodeManifestsBecomeReady(t *testing.T) {
 		require.True(t, ok)
 		assert.True(t, ctl.Ready, "controller of %s not ready", p.Metadata.Name)
 		assert.Zero(t, amb.RestartCount+ctl.RestartCount, "restarts in %s", p.Metadata.Name)
+		// kubectl logs goes through the kubelet: the image's binary says its version.
+		logs := kubectl(t, "logs", "-n", nodeNS, p.Metadata.Name, "-c", "config-watcher")
+		assert.Contains(t, logs, `"version":"v0.1.0"`, "logs of %s", p.Metadata.Name)
 	}
 }
 

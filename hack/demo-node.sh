@@ -61,3 +61,6 @@ run k get pods -n "$ns" -l app=webapp -o wide
 
 say "The new pods serve the new message"
 serve
+
+say "What the controller said (kubectl logs, through the kubelet): one line per pod deleted"
+run k logs -n "$ns" -l app.kubernetes.io/name=config-watcher -c config-watcher --prefix --tail=-1

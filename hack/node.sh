@@ -378,7 +378,10 @@ cmd_inner() {
 	setup_network
 	setup_mounts
 
-	export CW_STATE_DIR="$STATE/cluster" CW_APISERVER_PORT=443 CW_APISERVER_ARGS="--bind-address=0.0.0.0 ${CW_APISERVER_ARGS:-}"
+	# The apiserver reaches the kubelet (logs, exec) at the node IP: by default it would
+	# try the node's hostname first, a DNS lookup that goes nowhere in here.
+	export CW_STATE_DIR="$STATE/cluster" CW_APISERVER_PORT=443
+	export CW_APISERVER_ARGS="--bind-address=0.0.0.0 --kubelet-preferred-address-types=InternalIP ${CW_APISERVER_ARGS:-}"
 	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
 	"$hack_dir/cluster.sh" up
 	eval "$("$hack_dir/cluster.sh" env)"
