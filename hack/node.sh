@@ -234,6 +234,13 @@ setup_network() {
 	ip addr add "$NODE_IP/24" dev cw0
 	ip link set cw0 up
 	ip route add default dev cw0
+	# Check, do not assume: a destination off the machine must route into cw0, and the
+	# namespace must hold no other interface that could lead out.
+	local via
+	via=$(ip -o route get 198.51.100.1) || cw_die "no route at all in the node's namespace"
+	[[ $via == *" dev cw0 "* ]] || cw_die "the node's namespace routes off-machine traffic elsewhere: $via"
+	[[ $(ip -o link show | awk -F': ' '{print $2}' | sort | tr '\n' ' ') == "cw0 lo " ]] ||
+		cw_die "unexpected interfaces in the node's namespace: $(ip -o link show)"
 }
 
 setup_mounts() {
