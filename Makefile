@@ -72,19 +72,19 @@ fuzz-short: ## run every fuzz target for FUZZ_TIME (10s) each; a crash is saved 
 soak: ## 30 min of random edits with proxy restarts on a fresh control plane; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-image: ## bin/images/config-watcher.tar, no Docker needed (docker load / kind load image-archive); ~1 min
+image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
 
-image-e2e: node ## image + the e2e node's images (ambassador, pause, demo web server)
+image-e2e: node ## image + the e2e node's images (ambassador, pause, demo web server); seconds once built
 	bash hack/image/build.sh --e2e
 
-node: ## build (or find cached) containerd, kubelet, CNI plugins, static kubectl; cold ~40 min
+node: ## build (or find cached) containerd, kubelet, CNI plugins, static kubectl; cold ~17-40 min
 	bash hack/node-build.sh
 
-e2e-node: image-e2e ## e2e tests on a real kubelet in a network namespace of their own; ~5 min warm
+e2e-node: image-e2e ## e2e tests on a real kubelet, in namespaces of their own (root); ~3 min warm
 	bash hack/node.sh run go test -tags 'e2e e2enode' $(E2E_FLAGS) -run 'TestNode' ./e2e/
 
-demo-node: image-e2e ## the book's demo on a real kubelet: the pods serve the new message; ~3 min warm
+demo-node: image-e2e ## the book's demo on a real kubelet: the pods serve the new message; ~40 s warm
 	bash hack/node.sh run bash hack/demo-node.sh
 
 clean: ## remove build output (not the cached control plane)
