@@ -167,11 +167,15 @@ cmd_run() {
 
 	cw_log "starting a node in new network and mount namespaces (state: $STATE)"
 	local rc=0
-	# The subshell joins the node's cgroup, so every descendant is counted there.
+	# The subshell joins the node's cgroup, so every descendant is counted there. It runs
+	# in the background so that a signal reaches this script's trap at once (bash runs
+	# traps only between commands): on SIGINT or SIGTERM the node is not drained, its
+	# processes are killed by PID and everything else is removed as after a normal run.
 	(
 		echo "$BASHPID" >"/sys/fs/cgroup/pids/$ID/node/cgroup.procs"
 		exec unshare --net --mount --propagation private --fork --kill-child -- "$hack_dir/node.sh" __inner "$@"
-	) || rc=$?
+	) &
+	wait "$!" || rc=$?
 	exit "$rc"
 }
 
