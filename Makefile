@@ -1,8 +1,9 @@
 # config-watcher: build, test, demo. `make help` lists the targets.
 #
 # `make test` is what CI runs (.ci/run): go vet, the unit tests with the race detector,
-# fuzz-short, the compose check, then the e2e suite on a real local control plane (built
-# once, 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md).
+# fuzz-short, the compose check, the e2e suite on a real local control plane (built once,
+# 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md), then the
+# e2e-node suite on a real kubelet (its binaries: 17-40 min cold, cached the same way).
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -12,7 +13,7 @@ GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
 FUZZ_TIME ?= 10s
 
-.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean
+.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-test image-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -21,6 +22,9 @@ help: ## list the targets, by group
 demo: ## the book's scenario, narrated, on a local control plane (cold: builds it first, 15-25 min)
 	bash hack/demo.sh
 
+demo-node: image-e2e ## the book's demo on a real kubelet: the pods serve the new message (root; ~40 s warm, cold: builds the node, 17-40 min)
+	bash hack/node.sh run bash hack/demo-node.sh
+
 ##@ develop
 build: ## build bin/config-watcher
 	$(GO) build -o bin/config-watcher .
@@ -28,6 +32,7 @@ build: ## build bin/config-watcher
 vet: ## go vet, e2e files included
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	$(GO) vet -tags 'e2e e2enode' ./e2e/...
 
 unit: ## unit tests with the race detector (about 1 min)
 	$(GO) test -race ./...
@@ -35,7 +40,13 @@ unit: ## unit tests with the race detector (about 1 min)
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-test: vet unit fuzz-short compose-check e2e ## everything CI runs: vet, unit, fuzz-short, compose-check, e2e (about 5 min warm)
+test: vet unit image-test fuzz-short compose-check e2e e2e-node ## everything CI runs: vet, unit, fuzz-short, compose-check, e2e, e2e-node (root; about 10 min warm)
+
+image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
+	bash hack/image/build.sh
+
+image-test: ## vet and unit tests of hack/image, a module of its own
+	cd hack/image && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 clean: ## remove build output (not the cached control plane)
 	rm -rf bin
@@ -43,6 +54,9 @@ clean: ## remove build output (not the cached control plane)
 ##@ heavy (each starts processes on all cores; run one at a time)
 e2e: ## e2e suite on a fresh local control plane, up, test, always down (about 4 min; E2E_FLAGS)
 	bash hack/e2e.sh $(E2E_FLAGS)
+
+e2e-node: image-e2e ## e2e tests on a real kubelet, containerd and runc, in namespaces of their own (root; about 3 min warm)
+	bash hack/node.sh run go test -tags 'e2e e2enode' $(E2E_FLAGS) -run 'TestNode' ./e2e/
 
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
@@ -66,7 +80,7 @@ fuzz-short: ## every fuzz target for FUZZ_TIME (10s) each, about 1 min; a crash 
 record: ## re-record testdata/recorded/ from two fresh control planes (a few min)
 	bash hack/record.sh
 
-##@ local control plane
+##@ local control plane and node
 controlplane: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl (cold: 15-25 min)
 	bash hack/build-controlplane.sh
 
@@ -78,3 +92,9 @@ cluster-env: ## print its environment, for eval
 
 cluster-down: ## stop it
 	bash hack/cluster.sh down
+
+node: ## build (or find cached) containerd, kubelet, CNI plugins, a static kubectl (cold: 17-40 min)
+	bash hack/node-build.sh
+
+image-e2e: node ## image + the e2e node's images (ambassador, pause, demo web server); seconds once built
+	bash hack/image/build.sh --e2e

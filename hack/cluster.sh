@@ -21,6 +21,8 @@
 #                       ports on 127.0.0.1 (default: free ports picked at `up`)
 #   CW_WATCH_CACHE      kube-apiserver --watch-cache (default true; hack/record.sh runs one of each)
 #   CW_APISERVER_ARGS   extra kube-apiserver flags, space-separated
+#   CW_KCM_EXTRA_CONTROLLERS  more kube-controller-manager controllers, comma-separated
+#                       (hack/node.sh: root-ca-cert-publisher, for pods' kube-root-ca.crt)
 #   CW_KEEP_STATE       1 keeps the state dir on `down`
 #   CW_CACHE_DIR, CW_ETCD_VERSION, CW_KUBE_VERSION, CW_SYSTEM_KUBECTL   see hack/lib.sh
 set -euo pipefail
@@ -244,7 +246,7 @@ EOF
 	cw_log "starting kube-controller-manager v$CW_KUBE_VERSION"
 	start kube-controller-manager "$CW_BIN_DIR/kube-controller-manager" \
 		--kubeconfig="$STATE/kcm.kubeconfig" --leader-elect=false --secure-port=0 \
-		--controllers=deployment,replicaset,serviceaccount,serviceaccount-token,garbagecollector,namespace,disruption \
+		--controllers=deployment,replicaset,serviceaccount,serviceaccount-token,garbagecollector,namespace,disruption${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS} \
 		--service-account-private-key-file="$STATE/sa.key" \
 		--root-ca-file="$STATE/certs/apiserver.crt" \
 		--use-service-account-credentials=false

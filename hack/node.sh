@@ -1,0 +1,437 @@
+#!/usr/bin/env bash
+# A real node for the e2e tests and the demo: the local control plane (hack/cluster.sh),
+# containerd, runc, a kubelet and its pods, all inside a network namespace and a mount
+# namespace this script creates, so that nothing they send can leave the machine and
+# nothing they mount or set outlives them. Then CMD runs inside the same namespaces,
+# with the cluster's environment; everything is torn down when it ends, on failure too.
+#
+# Usage: hack/node.sh run CMD [ARG...]      (make e2e-node, make demo-node)
+#
+# Inside the namespace:
+#   lo          127.0.0.1, and 10.0.0.1: the `kubernetes` Service's ClusterIP (first
+#               address of hack/cluster.sh's --service-cluster-ip-range=10.0.0.0/24).
+#               There is no kube-proxy: the apiserver listens on 0.0.0.0:443 itself, so a
+#               pod's in-cluster config (KUBERNETES_SERVICE_HOST=10.0.0.1, port 443) reaches it.
+#   cw0         an empty bridge (no ports; these kernels have no dummy driver) holding the
+#               node IP 192.0.2.10 (TEST-NET-1, never routed; the kubelet refuses a loopback
+#               node IP). The default route points into it: a packet for anywhere else is
+#               dropped there.
+#   cw-br0      the CNI bridge, pods on 10.88.0.0/24. Pods cannot share the node's network
+#               (hostNetwork): the Deployments run two replicas on one node, and both would
+#               bind 127.0.0.1:8001 and :8080.
+#
+# The kubelet rewrites vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
+# kernel.panic_on_oops and kernel.keys.root_max* when they differ from what it wants:
+# inside the mount namespace, files holding those values are bind-mounted over the
+# /proc/sys entries, so it reads what it wants and writes nothing. /var/log,
+# /var/lib/cni and /var/lib/kubelet (fixed paths of the kubelet and CNI, whatever the
+# configuration says) are state-dir bind mounts there too.
+#
+# Cgroups: the kubelet's cgroupRoot is /cw-node-<pid> in every hierarchy. Every process
+# this script starts runs inside it (the pids hierarchy keeps track of them, shims and
+# containers included); teardown kills what is left there by PID and removes the
+# directories. Then it checks that sysctls, mounts, cgroups and the fixed paths are as
+# they were, and fails if not.
+#
+# Environment for CMD: what `hack/cluster.sh env` prints (KUBECONFIG, CW_PROXY_URL,
+# CW_AUDIT_LOG, CW_KUBECTL, …), plus
+#   CW_NODE_NAME   the Node's name (cw-node)
+#   CW_CTR         ctr with its flags: `$CW_CTR tasks ls` lists the containers
+#   CW_NODE_STATE  the state dir (logs of containerd and the kubelet)
+#   GOPROXY=off    no module download can hang on the dropped default route
+#
+# Settings: CW_NODE_KEEP_STATE=1 keeps the state dir (it is kept on failure anyway);
+# CW_CACHE_DIR and the versions as in hack/lib.sh and hack/node-lib.sh.
+set -euo pipefail
+
+hack_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$hack_dir")"
+# shellcheck source=hack/node-lib.sh
+source "$hack_dir/node-lib.sh"
+
+NODE_NAME=cw-node
+NODE_IP=192.0.2.10
+SERVICE_IP=10.0.0.1
+POD_CIDR=10.88.0.0/24
+SANDBOX_IMAGE=registry.k8s.io/pause:3.10.2
+# What the kubelet sets at start (pkg/kubelet/cm: setupKernelTunables).
+KERNEL_TUNABLES=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1
+	kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000)
+# Fixed paths the node's programs would create on the machine if nothing redirected them.
+FIXED_PATHS=(/var/lib/kubelet /var/lib/containerd /run/containerd /opt/containerd /var/lib/cni
+	/etc/cni /opt/cni /var/log/containers /var/log/pods /run/netns /etc/kubernetes)
+
+usage() {
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+	exit 2
+}
+
+# --- outside: namespaces, cgroups, teardown and the check that the machine is as before ---
+
+snapshot() { # prints what must be the same before and after
+	local kv k
+	for kv in "${KERNEL_TUNABLES[@]}"; do
+		k=${kv%%=*}
+		printf 'sysctl %s=%s\n' "$k" "$(<"/proc/sys/$k")"
+	done
+	awk '{print "mount " $5 " " $9}' /proc/self/mountinfo | sort
+	# Ours, and what a kubelet, containerd or runc make when a cgroup parent is not passed.
+	find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d \( -name 'cw-node-*' -o -name 'kubepods*' -o -name k8s.io \
+		-o -name 'kubelet*' -o -name 'containerd*' -o -name 'runtime*' \) -printf 'cgroup %p\n' | sort
+	for k in "${FIXED_PATHS[@]}"; do [[ -e $k ]] && echo "path $k"; done
+	true
+}
+
+# cgroup_pids prints every PID in our cgroup subtree of the pids hierarchy.
+cgroup_pids() {
+	[[ -d /sys/fs/cgroup/pids/$ID ]] || return 0
+	find "/sys/fs/cgroup/pids/$ID" -name cgroup.procs -exec cat {} + 2>/dev/null
+}
+
+outer_cleanup() {
+	local rc=$? i pids
+	trap - EXIT INT TERM
+	# Whatever the inner teardown left (it stops the kubelet, containerd and the control
+	# plane gracefully): container processes, shims. SIGKILL by PID, then the cgroups.
+	for ((i = 0; i < 100; i++)); do
+		mapfile -t pids < <(cgroup_pids)
+		((${#pids[@]})) || break
+		((i == 0)) && cw_log "killing ${#pids[@]} leftover process(es) of the node by PID"
+		kill -KILL "${pids[@]}" 2>/dev/null || true
+		sleep 0.1
+	done
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		[[ -d $h$ID ]] && find "$h$ID" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	local d
+	for d in "${created_dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
+
+	local after
+	after=$(snapshot)
+	if [[ $after != "$before" ]]; then
+		cw_log "the machine is NOT as before the node ran:"
+		diff <(echo "$before") <(echo "$after") >&2 || true
+		((rc == 0)) && rc=1
+	else
+		cw_log "machine as before: sysctls, mounts, cgroups and fixed paths unchanged"
+	fi
+	if ((rc != 0)) || [[ ${CW_NODE_KEEP_STATE:-} == 1 ]]; then
+		rm -rf "$STATE/containerd/root" 2>/dev/null || true # images and snapshots: large, rebuilt each run
+		cw_log "logs kept in $STATE"
+	else
+		rm -rf "$STATE"
+	fi
+	exit "$rc"
+}
+
+cmd_run() {
+	(($# > 0)) || usage
+	((EUID == 0)) || cw_die "hack/node.sh needs root (namespaces, cgroups, containerd)"
+	local t
+	for t in ip unshare runc flock; do command -v "$t" >/dev/null || cw_die "$t not found (Debian: iproute2, util-linux, runc)"; done
+	[[ -d /sys/fs/cgroup/pids ]] || cw_die "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids: hack/node.sh knows cgroup v1 (hybrid) machines only"
+
+	"$hack_dir/build-controlplane.sh"
+	"$hack_dir/node-build.sh"
+	local img
+	for img in config-watcher kubectl pause http-echo; do
+		[[ -f $repo/bin/images/$img.tar ]] || { "$hack_dir/image/build.sh" --e2e; break; }
+	done
+
+	ID="cw-node-$$"
+	STATE=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-node.XXXXXX")
+	chmod 755 "$STATE" # containers run as 65532 and read their volumes under it
+	export ID STATE
+	before=$(snapshot)
+	created_dirs=()
+	trap outer_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+
+	# Mount points the namespace needs where the machine has none: made now, removed at the end.
+	for t in /var/lib/cni /var/lib/kubelet; do
+		[[ -d $t ]] || { mkdir -p "$t"; created_dirs+=("$t"); }
+	done
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		[[ -f ${h}cgroup.procs ]] || continue
+		mkdir -p "$h$ID"
+		# A cpuset cgroup starts without CPUs or memory nodes; give it its parent's.
+		if [[ -f ${h}cpuset.cpus ]]; then
+			cat "${h}cpuset.cpus" >"$h$ID/cpuset.cpus"
+			cat "${h}cpuset.mems" >"$h$ID/cpuset.mems"
+		fi
+	done
+	mkdir -p "/sys/fs/cgroup/pids/$ID/node"
+
+	cw_log "starting a node in new network and mount namespaces (state: $STATE)"
+	local rc=0
+	# The subshell joins the node's cgroup, so every descendant is counted there. It runs
+	# in the background so that a signal reaches this script's trap at once (bash runs
+	# traps only between commands): on SIGINT or SIGTERM the node is not drained, its
+	# processes are killed by PID and everything else is removed as after a normal run.
+	(
+		echo "$BASHPID" >"/sys/fs/cgroup/pids/$ID/node/cgroup.procs"
+		exec unshare --net --mount --propagation private --fork --kill-child -- "$hack_dir/node.sh" __inner "$@"
+	) &
+	wait "$!" || rc=$?
+	exit "$rc"
+}
+
+# --- inside the namespaces -------------------------------------------------------------------
+
+inner_pids=()
+
+start_bg() { # NAME CMD...: starts CMD in the background, logging to $STATE/NAME.log
+	local name=$1
+	shift
+	"$@" >"$STATE/$name.log" 2>&1 </dev/null &
+	inner_pids+=("$!")
+	echo "$!" >"$STATE/$name.pid"
+}
+
+stop_pid() { # PID: SIGTERM, then SIGKILL after 10 s
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+inner_teardown() {
+	local rc=$?
+	trap - EXIT
+	set +e
+	# Pods first, while the kubelet still runs, so that their containers stop the way
+	# the kubelet stops them; the outer teardown kills by PID whatever is left.
+	if [[ -n ${KUBECONFIG:-} ]]; then
+		timeout 90 "$CW_KUBECTL" delete deployments,replicasets,pods --all --all-namespaces --wait=true --timeout=80s >/dev/null 2>&1
+	fi
+	[[ -f $STATE/kubelet.pid ]] && stop_pid "$(<"$STATE/kubelet.pid")"
+	[[ -f $STATE/containerd.pid ]] && stop_pid "$(<"$STATE/containerd.pid")"
+	CW_STATE_DIR="$STATE/cluster" "$hack_dir/cluster.sh" down $( ((rc != 0)) && echo --keep) >/dev/null 2>&1
+	exit "$rc"
+}
+
+# wait_until NAME SECONDS CMD...: polls CMD until it succeeds; fails with NAME's log tail.
+wait_until() {
+	local name=$1 timeout=$2 deadline
+	shift 2
+	deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)) || ! kill -0 "$(<"$STATE/$name.pid")" 2>/dev/null; then
+			printf -- '--- last 40 lines of %s ---\n' "$STATE/$name.log" >&2
+			tail -n 40 "$STATE/$name.log" >&2
+			cw_die "$name not ready after ${timeout}s (or exited)"
+		fi
+		sleep 0.5
+	done
+}
+
+setup_network() {
+	ip link set lo up
+	ip addr add "$SERVICE_IP/32" dev lo
+	ip link add cw0 type bridge
+	ip addr add "$NODE_IP/24" dev cw0
+	ip link set cw0 up
+	ip route add default dev cw0
+	# Check, do not assume: a destination off the machine must route into cw0, and the
+	# namespace must hold no other interface that could lead out.
+	local via
+	via=$(ip -o route get 198.51.100.1) || cw_die "no route at all in the node's namespace"
+	[[ $via == *" dev cw0 "* ]] || cw_die "the node's namespace routes off-machine traffic elsewhere: $via"
+	[[ $(ip -o link show | awk -F': ' '{print $2}' | sort | tr '\n' ' ') == "cw0 lo " ]] ||
+		cw_die "unexpected interfaces in the node's namespace: $(ip -o link show)"
+}
+
+setup_mounts() {
+	local kv k v
+	mkdir -p "$STATE/sysctl"
+	for kv in "${KERNEL_TUNABLES[@]}"; do
+		k=${kv%%=*} v=${kv#*=}
+		[[ $(<"/proc/sys/$k") == "$v" ]] && continue
+		echo "$v" >"$STATE/sysctl/${k//\//.}"
+		mount --bind "$STATE/sysctl/${k//\//.}" "/proc/sys/$k"
+	done
+	mkdir -p "$STATE/var-log" "$STATE/var-lib-cni" "$STATE/var-lib-kubelet"
+	mount --bind "$STATE/var-log" /var/log
+	mount --bind "$STATE/var-lib-cni" /var/lib/cni
+	# The device plugin manager's socket is at a fixed path, whatever --root-dir says.
+	mount --bind "$STATE/var-lib-kubelet" /var/lib/kubelet
+}
+
+write_configs() {
+	local sock="$STATE/containerd/containerd.sock"
+	mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet" "$STATE/pod-logs"
+	cat >"$STATE/containerd/config.toml" <<EOF
+version = 4
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+imports = []
+# Nothing but the CRI, overlayfs and runc; none of them at their default paths under
+# /opt, /etc or /run.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri",
+  "io.containerd.image-verifier.v1.bindir"]
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = "$sock"
+
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "$sock.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$SANDBOX_IMAGE"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # No CAP_SYS_RESOURCE here: without it runc fails with "can't get final child's PID
+  # from pipe" when a container's oom_score_adj is lower than containerd's.
+  restrict_oom_score_adj = true
+  # Pod network namespaces under the state dir, not /run/netns.
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$CW_NODE_BIN_DIR/cni"]
+    conf_dir = "$STATE/cni/net.d"
+EOF
+	cat >"$STATE/cni/net.d/10-cw-pods.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "cw-pods",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "cw-br0",
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": "$POD_CIDR"}]],
+      "routes": [{"dst": "0.0.0.0/0"}],
+      "dataDir": "$STATE/cni/ipam"
+    }
+  }]
+}
+EOF
+	cat >"$STATE/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroup v1 (hybrid) machine, no systemd managing cgroups.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /$ID
+containerRuntimeEndpoint: unix://$sock
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+# The apiserver has no client certificate for the kubelet to check: no webhook
+# authentication or authorization; the port is reachable only inside the namespace.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization:
+  mode: AlwaysAllow
+podLogsDir: $STATE/pod-logs
+failSwapOn: false
+resolvConf: ""
+# The images are imported, never pulled: keep them, and do not evict on a full disk.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+  nodefs.inodesFree: "1%"
+registerNode: true
+EOF
+}
+
+kubeconfig() { # FILE TOKEN USER
+	mkdir -p "$(dirname "$1")"
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: cw
+  cluster:
+    server: https://127.0.0.1:443
+    certificate-authority: $STATE/cluster/certs/apiserver.crt
+users:
+- name: $3
+  user:
+    token: $2
+contexts:
+- name: cw
+  context: {cluster: cw, user: $3}
+current-context: cw
+EOF
+	chmod 600 "$1"
+}
+
+cmd_inner() {
+	trap inner_teardown EXIT
+	setup_network
+	setup_mounts
+
+	# The apiserver reaches the kubelet (logs, exec) at the node IP: by default it would
+	# try the node's hostname first, a DNS lookup that goes nowhere in here.
+	export CW_STATE_DIR="$STATE/cluster" CW_APISERVER_PORT=443
+	export CW_APISERVER_ARGS="--bind-address=0.0.0.0 --kubelet-preferred-address-types=InternalIP ${CW_APISERVER_ARGS:-}"
+	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
+	"$hack_dir/cluster.sh" up
+	eval "$("$hack_dir/cluster.sh" env)"
+
+	# The kubelet's identity: a ServiceAccount, so that the audit log tells its requests
+	# from the tests' (admin) and the controller's. The Node authorizer is not enabled.
+	"$CW_KUBECTL" create serviceaccount cw-kubelet -n kube-system >/dev/null
+	"$CW_KUBECTL" create clusterrolebinding cw-kubelet --clusterrole=cluster-admin --serviceaccount=kube-system:cw-kubelet >/dev/null
+	kubeconfig "$STATE/kubelet/kubeconfig" "$("$CW_KUBECTL" create token cw-kubelet -n kube-system --duration=24h)" cw-kubelet
+
+	write_configs
+	local ctr=("$CW_NODE_BIN_DIR/ctr" --address "$STATE/containerd/containerd.sock" -n k8s.io)
+	cw_log "starting containerd v$CW_CONTAINERD_VERSION"
+	PATH="$CW_NODE_BIN_DIR:$PATH" start_bg containerd "$CW_NODE_BIN_DIR/containerd" --config "$STATE/containerd/config.toml"
+	wait_until containerd 30 "${ctr[@]}" version
+
+	local img
+	for img in pause kubectl config-watcher http-echo; do
+		"${ctr[@]}" images import "$repo/bin/images/$img.tar" >>"$STATE/import.log" 2>&1 ||
+			{ cat "$STATE/import.log" >&2; cw_die "importing $img.tar failed"; }
+	done
+	cw_log "imported images: $("${ctr[@]}" images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
+
+	cw_log "starting kubelet v$CW_KUBE_VERSION as node $NODE_NAME ($NODE_IP)"
+	start_bg kubelet "$CW_NODE_BIN_DIR/kubelet" --config="$STATE/kubelet/config.yaml" \
+		--kubeconfig="$STATE/kubelet/kubeconfig" --root-dir="$STATE/kubelet/root" \
+		--cert-dir="$STATE/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --v=2
+	wait_until kubelet 120 bash -c "[[ \$('$CW_KUBECTL' get node $NODE_NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]"
+	cw_log "node $NODE_NAME is Ready"
+
+	export CW_NODE_NAME=$NODE_NAME CW_NODE_STATE=$STATE CW_CTR="${ctr[*]}" GOPROXY=off
+	cd "$repo"
+	local rc=0
+	"$@" || rc=$?
+	exit "$rc"
+}
+
+case "${1:-}" in
+run) shift; cmd_run "$@" ;;
+__inner) shift; cmd_inner "$@" ;;
+*) usage ;;
+esac
