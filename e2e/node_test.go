@@ -439,11 +439,11 @@ func TestNodeRolloutAndFailoverLoseNoChange(t *testing.T) {
 	}
 	inTest := 0
 	for _, e := range events {
-		if e.ResponseStatus == nil || e.ResponseStatus.Code/100 != 2 || !h.list[0].at.Before(mustTime(t, e.RequestReceivedTimestamp)) {
+		if !e.OK() || !h.list[0].at.Before(e.Received) {
 			continue
 		}
 		inTest++
-		received := mustTime(t, e.RequestReceivedTimestamp)
+		received := e.Received
 		i := len(h.list) - 1
 		for i > 0 && h.list[i].at.After(received) {
 			i--
