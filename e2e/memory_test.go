@@ -90,7 +90,8 @@ func manifestMemoryLimit(t *testing.T) int64 {
 // annotated, one request each (kubectl create: no last-applied copy).
 func createBigConfigMaps(t *testing.T, ns string, n, size int) {
 	t.Helper()
-	value := strings.Repeat("line of a large generated configuration file\n", size/46+1)[:size]
+	const line = "line of a large generated configuration file\n"
+	value := strings.Repeat(line, size/len(line)+1)[:size]
 	for i := range n {
 		cm := map[string]any{
 			"apiVersion": "v1", "kind": "ConfigMap",
