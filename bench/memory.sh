@@ -15,8 +15,12 @@
 #   bench/memory.sh                 on a fresh control plane of its own (hack/cluster.sh)
 #   called by bench/run.sh          on run.sh's control plane, with its binaries (BENCH_WORK)
 #
+# Last, the pod index: steady RSS of config-watcher watching every namespace with
+# BENCH_PODS bare pods (5000; Pending, no scheduler), POD_INDEX=true against false,
+# reported per pod.
+#
 # Settings: BENCH_BIG_COUNTS ("0 10 40 200"), BENCH_BIG_SIZE (900000 bytes),
-# BENCH_MEM_BEFORE (main), BENCH_RESULTS. About 5 minutes on 2 cores.
+# BENCH_MEM_BEFORE (main), BENCH_PODS (5000), BENCH_RESULTS. About 5 minutes on 2 cores.
 set -euo pipefail
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +32,7 @@ RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
 COUNTS=(${BENCH_BIG_COUNTS:-0 10 40 200})
 SIZE="${BENCH_BIG_SIZE:-900000}"
 BEFORE="${BENCH_MEM_BEFORE-main}"
+PODS="${BENCH_PODS:-5000}"
 
 step() { printf '\n==> [%s] memory: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -162,6 +167,30 @@ for c in "${CONTROLLERS[@]}"; do
 	measure "$c" '*' $((have + 40))
 done
 
+step "pod index: $PODS bare pods, WATCH_NAMESPACE=*, POD_INDEX=true against false"
+bt ns -api "$CW_PROXY_URL" -ns bench-pods
+bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4
+# index_rss POD_INDEX: steady RSS (KiB) of config-watcher watching every namespace.
+index_rss() {
+	local port pid rss
+	port=$(free_port)
+	env WATCH_NAMESPACE='*' POD_INDEX="$1" API_URL="$fault" HTTP_ADDR="127.0.0.1:$port" LOG_LEVEL=warn \
+		"$work/benchtool" spawn -controller config-watcher -log "$work/podindex-$1.log" -pidfile "$work/podindex.pid" \
+		-ready "http://127.0.0.1:$port/readyz" -timeout 300s -- "$work/config-watcher" >/dev/null
+	pid=$(<"$work/podindex.pid")
+	pids+=("$pid")
+	bt quiesce -pid "$pid" >/dev/null
+	rss=$(status "$pid" VmRSS)
+	kill -TERM -- "-$pid"
+	for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	echo "$rss"
+}
+without=$(index_rss false)
+with=$(index_rss true)
+per_pod=$(awk -v a="$with" -v b="$without" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
+echo "  steady RSS with $PODS pods indexed: $(mib "$with") MiB, without the index: $(mib "$without") MiB: about $per_pod B per pod"
+echo "pod-index,*,$PODS pods,,,$(mib "$with"),,$(mib "$without") without,$per_pod B/pod" >"$RESULTS/memory-podindex.csv"
+
 step "results ($csv)"
 {
 	echo "| controller | watched | ConfigMaps of $SIZE B | data MB | peak RSS at start (MiB) | steady RSS (MiB) | peak after a relist (MiB) |"
@@ -172,4 +201,6 @@ step "results ($csv)"
 	echo '```'
 	tail -n +2 "$csv" | awk -F, '{ bar = ""; for (i = 0; i < $5 / 4; i++) bar = bar "#"; printf "%-22s %-3s %4s MB %7.1f %s\n", $1, $2, $4, $5, bar }'
 	echo '```'
+	echo
+	echo "Pod index, WATCH_NAMESPACE=*, $PODS pods: steady RSS $(mib "$with") MiB with it, $(mib "$without") MiB without: about $per_pod B per pod."
 } | tee "$RESULTS/memory.md"

@@ -54,31 +54,44 @@ func TestWatchListStreamsTheInitialState(t *testing.T) {
 	assert.Equal(t, uint64(2), l.m.Events.Value("ADDED"))
 }
 
-// TestWatchListReplayRecorded ensures the WatchList stream a real API server
-// sent is read as a complete list at its bookmark's resourceVersion.
+// TestWatchListReplayRecorded ensures the WatchList streams a real API server
+// sent, from etcd (watch cache off) and from the watch cache, are read as a
+// complete list at the initial-events-end bookmark's resourceVersion, and
+// that what follows on the stream moves it on as a plain watch.
 func TestWatchListReplayRecorded(t *testing.T) {
-	lines := readLines(t, fixture(t, "../testdata/recorded", true, "watchlist-initial-events.ndjson"))
-	want := []string{"BeginList"}
-	var endRV string
-	for _, line := range lines {
-		ev, m := wireDecode(t, line)
-		if ev.Type == string(Added) {
-			want = append(want, "SYNCED "+m.Metadata.Name+"@"+m.Metadata.ResourceVersion)
-		} else {
-			endRV = m.Metadata.ResourceVersion
-		}
-	}
-	want = append(want, "EndList")
-	api := newFakeAPI(t).onWatch(stream(lines...))
-	srv := api.start()
-	l := newLoop(t, srv.URL, Config{Kind: "ConfigMap", WatchList: true}).run(t)
-	api.waitWatches(t, 2)
-	l.stop(t)
+	for _, file := range []string{"watchlist-initial-events.ndjson", "watchlist-cached.ndjson"} {
+		t.Run(file, func(t *testing.T) {
+			lines := readLines(t, fixture(t, "../testdata/recorded", true, file))
+			want := []string{"BeginList"}
+			var lastRV string
+			ended := false
+			for _, line := range lines {
+				ev, m := wireDecode(t, line)
+				switch {
+				case !ended && ev.Type == string(Added):
+					want = append(want, "SYNCED "+m.Metadata.Name+"@"+m.Metadata.ResourceVersion)
+				case !ended && ev.Type == string(Bookmark):
+					require.Contains(t, string(ev.Object), initialEventsEnd, "the first bookmark ends the initial events")
+					want = append(want, "EndList")
+					ended = true
+				case ev.Type != string(Bookmark):
+					want = append(want, ev.Type+" "+m.Metadata.Name+"@"+m.Metadata.ResourceVersion)
+				}
+				lastRV = m.Metadata.ResourceVersion
+			}
+			require.True(t, ended, "the recording has an initial-events-end bookmark")
+			api := newFakeAPI(t).onWatch(stream(lines...))
+			srv := api.start()
+			l := newLoop(t, srv.URL, Config{Kind: "ConfigMap", WatchList: true}).run(t)
+			api.waitWatches(t, 2)
+			l.stop(t)
 
-	assert.Equal(t, want, l.h.seen())
-	assert.Equal(t, []string{"", endRV}, api.watchRVs())
-	assert.Empty(t, api.listRequests())
-	assert.Zero(t, l.m.Malformed.Value())
+			assert.Equal(t, want, l.h.seen())
+			assert.Equal(t, []string{"", lastRV}, api.watchRVs())
+			assert.Empty(t, api.listRequests())
+			assert.Zero(t, l.m.Malformed.Value())
+		})
+	}
 }
 
 // TestWatchListFallsBackToPagedList ensures a server that refuses a WatchList
