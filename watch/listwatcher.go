@@ -5,9 +5,9 @@
 // A Decoder reads one event at a time from a stream. A ListWatcher owns
 // everything else: the initial state, either streamed on a watch
 // (sendInitialEvents, the WatchList feature) or read as a paged LIST decoded
-// item by item, the WATCH from the list's resourceVersion, resuming from the last resourceVersion after a clean end
-// of stream, relisting when the server has forgotten that version (410 Gone),
-// and backing off on failures. It hands every object to a Handler and knows
+// item by item, the WATCH from the list's resourceVersion, resuming from the
+// last resourceVersion after a clean end of stream, relisting when the
+// server has forgotten that version (410 Gone), and backing off on failures. It hands every object to a Handler and knows
 // nothing of what the objects mean.
 //
 // Memory is bounded by the largest object, not by the collection: a watch

@@ -91,10 +91,15 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 }
 
 // eofIsUnexpected: a page ends with its closing brace; io.EOF before it is a
-// page cut short.
+// page cut short. A syntax error is reworded without the character it quotes,
+// which may be ConfigMap data.
 func eofIsUnexpected(err error) error {
-	if errors.Is(err, io.EOF) {
+	var syntax *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
 		return io.ErrUnexpectedEOF
+	case errors.As(err, &syntax):
+		return fmt.Errorf("%w: not valid JSON at byte %d", errNotAList, syntax.Offset)
 	}
 	return err
 }
