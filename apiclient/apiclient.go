@@ -145,6 +145,11 @@ func (c *Client) Stream(ctx context.Context, path string, query url.Values, acce
 	if err != nil {
 		return nil, err
 	}
+	// kube-apiserver gzips a watch that starts with the current state
+	// (sendInitialEvents, or no resourceVersion) when the client accepts it,
+	// and the compressor then holds later events back; events must arrive
+	// as they happen, one line at a time.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := c.streaming.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)

@@ -308,7 +308,8 @@ func TestRelativePathRefused(t *testing.T) {
 }
 
 // TestStreamDeliversLinesAsFlushed ensures Stream hands over each line as
-// soon as the server flushes it, not when the response ends.
+// soon as the server flushes it, not when the response ends, and asks for an
+// uncompressed stream.
 func TestStreamDeliversLinesAsFlushed(t *testing.T) {
 	readFirst := make(chan struct{})
 	srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -331,6 +332,7 @@ func TestStreamDeliversLinesAsFlushed(t *testing.T) {
 	line, err := br.ReadString('\n')
 	require.NoError(t, err, "first line not delivered before the response ended")
 	assert.Contains(t, line, `"resourceVersion":"1"`)
+	assert.Equal(t, "identity", srv.only(t).Header.Get("Accept-Encoding"), "a compressed watch would hold events back")
 	close(readFirst)
 	line, err = br.ReadString('\n')
 	require.NoError(t, err)
