@@ -197,9 +197,9 @@ step "results ($csv)"
 	echo "|---|---|---|---|---|---|---|"
 	tail -n +2 "$csv" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, ($7 == "" ? "-" : $7) }'
 	echo
-	echo "Peak RSS at start (VmHWM), one # per 4 MiB:"
+	echo "Peak RSS at start (VmHWM), one # per 4 MiB, cut at 200 MiB (>):"
 	echo '```'
-	tail -n +2 "$csv" | awk -F, '{ bar = ""; for (i = 0; i < $5 / 4; i++) bar = bar "#"; printf "%-22s %-3s %4s MB %7.1f %s\n", $1, $2, $4, $5, bar }'
+	tail -n +2 "$csv" | awk -F, '{ bar = ""; for (i = 0; i < $5 / 4 && i < 50; i++) bar = bar "#"; if ($5 > 200) bar = bar ">"; printf "%-22s %-12s %4s MB %7.1f %s\n", $1, $2, $4, $5, bar }'
 	echo '```'
 	echo
 	echo "Pod index, WATCH_NAMESPACE=*, $PODS pods: steady RSS $(mib "$with") MiB with it, $(mib "$without") MiB without: about $per_pod B per pod."
