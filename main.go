@@ -29,6 +29,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/memlimit"
 	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/podindex"
@@ -64,6 +65,12 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	// Before anything allocates much: the initial list is the peak.
+	if ml, err := memlimit.Set(lookupEnv, os.DirFS("/")); err != nil {
+		log.Warn("could not read the container's memory limit; GOMEMLIMIT not set", "err", err)
+	} else if ml.Limit > 0 {
+		log.Info("memory limit", "gomemlimit", ml.Limit, "container_limit", ml.Container, "source", ml.Source, "from_env", ml.FromEnv)
+	}
 
 	client, err := apiclient.New(cfg.APIURL, "config-watcher/"+version)
 	if err != nil {
@@ -115,7 +122,10 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	watchMetrics := watch.NewMetrics(reg)
 	var lws watchers
 	for _, ns := range cfg.Namespaces {
-		lws = append(lws, watch.New(watch.Config{Path: collection(ns, "configmaps"), Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		// The initial state streamed object by object (WatchList), falling
+		// back to a paged list decoded item by item: memory follows the
+		// largest ConfigMap, not the namespace.
+		lws = append(lws, watch.New(watch.Config{Path: collection(ns, "configmaps"), Kind: "ConfigMap", WatchList: true}, client, ctrl.ForNamespace(ns), log, watchMetrics))
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)

@@ -124,13 +124,14 @@ func TestHelpListsEverySetting(t *testing.T) {
 	}
 }
 
-// fakeCluster answers the requests of one scenario: a list with one
-// annotated ConfigMap, a watch that delivers a data change and then stays
+// fakeCluster answers the requests of one scenario: a list (streamed on the
+// watch, or paged) with one annotated ConfigMap, a watch that delivers a data change and then stays
 // open, and the pod calls that follow.
 type fakeCluster struct {
 	mu      sync.Mutex
 	deletes []string
 	patches int
+	cmLists int // paged ConfigMap LISTs
 }
 
 const (
@@ -143,12 +144,19 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/api/v1/namespaces/ns/configmaps" && q.Get("watch") == "true":
 		w.WriteHeader(http.StatusOK)
-		if q.Get("resourceVersion") == "10" {
+		if q.Get("sendInitialEvents") == "true" { // the ConfigMap loops stream their initial list
+			fmt.Fprintf(w, `{"type":"ADDED","object":%s}`+"\n", cmV1)
+			fmt.Fprint(w, `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"10","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n")
+		}
+		if q.Get("resourceVersion") == "10" || q.Get("sendInitialEvents") == "true" {
 			fmt.Fprintf(w, `{"type":"MODIFIED","object":%s}`+"\n", cmV2)
 		}
 		w.(http.Flusher).Flush()
 		<-r.Context().Done() // a watch stays open until the client leaves
 	case r.URL.Path == "/api/v1/namespaces/ns/configmaps":
+		f.mu.Lock()
+		f.cmLists++
+		f.mu.Unlock()
 		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[%s]}`, cmV1)
 	case r.URL.Path == "/api/v1/namespaces/ns/pods" && r.Method == http.MethodGet:
 		fmt.Fprint(w, `{"kind":"PartialObjectMetadataList","metadata":{},"items":[{"metadata":{"name":"webapp-1","uid":"p1"}},{"metadata":{"name":"webapp-2","uid":"p2"}}]}`)
@@ -173,7 +181,8 @@ func (f *fakeCluster) deleted() []string {
 	return append([]string(nil), f.deletes...)
 }
 
-// TestRunRestartsPodsAndServesProbes ensures the wired program lists, watches, restarts the
+// TestRunRestartsPodsAndServesProbes ensures the wired program lists (a streamed WatchList
+// for ConfigMaps), watches, restarts the
 // pods of a changed ConfigMap, serves its probes and metrics, and returns
 // nil when its context ends (as on SIGTERM).
 func TestRunRestartsPodsAndServesProbes(t *testing.T) {
@@ -215,6 +224,9 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	assert.Contains(t, body, `config_watcher_events_total{type="MODIFIED"} 1`)
 	assert.Contains(t, body, `config_watcher_build_info{`)
 	assert.Contains(t, body, "config_watcher_leader 1")
+	fc.mu.Lock()
+	assert.Zero(t, fc.cmLists, "the ConfigMap loop streams its initial list (WatchList) instead of paging")
+	fc.mu.Unlock()
 
 	cancel()
 	select {

@@ -74,6 +74,45 @@ func (c *Client) Get(ctx context.Context, path string, query url.Values, accept 
 	return c.do(ctx, http.MethodGet, path, query, accept, "", nil)
 }
 
+// GetBody reads path and returns the response body as a stream, for
+// answers too large to hold at once (a list page): the caller decodes it as
+// it arrives and closes it. RequestTimeout bounds the whole read, body
+// included, as it does for Get.
+func (c *Client) GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
+	cancel := context.CancelFunc(func() {})
+	if c.RequestTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, statusFromResponse(resp)
+	}
+	return &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}, nil
+}
+
+// cancelOnClose releases a request's timeout with its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
 // Delete deletes the object at path; body is a DeleteOptions document or nil.
 func (c *Client) Delete(ctx context.Context, path string, body []byte) ([]byte, error) {
 	return c.do(ctx, http.MethodDelete, path, nil, contentJSON, contentJSON, body)
@@ -105,6 +144,11 @@ func (c *Client) Stream(ctx context.Context, path string, query url.Values, acce
 	if err != nil {
 		return nil, err
 	}
+	// kube-apiserver gzips a watch that starts with the current state
+	// (sendInitialEvents, or no resourceVersion) when the client accepts it,
+	// and the compressor then holds later events back; events must arrive
+	// as they happen, one line at a time.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)

@@ -308,7 +308,8 @@ func TestRelativePathRefused(t *testing.T) {
 }
 
 // TestStreamDeliversLinesAsFlushed ensures Stream hands over each line as
-// soon as the server flushes it, not when the response ends.
+// soon as the server flushes it, not when the response ends, and asks for an
+// uncompressed stream.
 func TestStreamDeliversLinesAsFlushed(t *testing.T) {
 	readFirst := make(chan struct{})
 	srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -331,6 +332,7 @@ func TestStreamDeliversLinesAsFlushed(t *testing.T) {
 	line, err := br.ReadString('\n')
 	require.NoError(t, err, "first line not delivered before the response ended")
 	assert.Contains(t, line, `"resourceVersion":"1"`)
+	assert.Equal(t, "identity", srv.only(t).Header.Get("Accept-Encoding"), "a compressed watch would hold events back")
 	close(readFirst)
 	line, err = br.ReadString('\n')
 	require.NoError(t, err)
@@ -388,4 +390,58 @@ func TestRequestTimeoutBoundsUnaryNotStreams(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "{}\n", string(got))
 	require.NoError(t, body.Close())
+}
+
+// TestGetBodyStreamsTheAnswer ensures GetBody hands over the body before the
+// server has finished it (a list page is decoded as it arrives), sends the
+// request as Get does, and turns a non-2xx answer into a StatusError.
+func TestGetBodyStreamsTheAnswer(t *testing.T) {
+	t.Run("BodyReadableBeforeTheEnd", func(t *testing.T) {
+		readFirst := make(chan struct{})
+		srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"items":[`+"\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-readFirst:
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, "]}\n")
+		})
+		body, err := newClient(t, srv.URL).GetBody(context.Background(), "/api/v1/namespaces/default/configmaps", url.Values{"limit": {"2"}}, "application/json;as=Test")
+		require.NoError(t, err)
+		defer body.Close()
+		br := bufio.NewReader(body)
+		line, err := br.ReadString('\n')
+		require.NoError(t, err, "first part not delivered before the response ended")
+		assert.Equal(t, `{"items":[`+"\n", line)
+		close(readFirst)
+		rest, err := io.ReadAll(br)
+		require.NoError(t, err)
+		assert.Equal(t, "]}\n", string(rest))
+		req := srv.only(t)
+		assert.Equal(t, http.MethodGet, req.Method)
+		assert.Equal(t, "2", req.Query.Get("limit"))
+		assert.Equal(t, "application/json;as=Test", req.Header.Get("Accept"))
+	})
+	t.Run("NotFoundIsAStatusError", func(t *testing.T) {
+		srv := newRecordingServer(t, answerJSON(http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+		body, err := newClient(t, srv.URL).GetBody(context.Background(), "/api/v1/namespaces/x/configmaps", nil, "")
+		assert.Nil(t, body)
+		assert.True(t, apiclient.IsNotFound(err), "got %v", err)
+	})
+	t.Run("RequestTimeoutBoundsTheBody", func(t *testing.T) {
+		srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"items":[`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // the rest of the page never comes
+		})
+		c := newClient(t, srv.URL)
+		c.RequestTimeout = 200 * time.Millisecond
+		body, err := c.GetBody(context.Background(), "/api/v1/pods", nil, "")
+		require.NoError(t, err)
+		defer body.Close()
+		_, err = io.ReadAll(body)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	})
 }

@@ -107,6 +107,10 @@ func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
 // immutable field such as a uid that no longer matches.
 func IsInvalid(err error) bool { return hasCode(err, http.StatusUnprocessableEntity) }
 
+// IsBadRequest: the server did not understand the request (400), e.g. a
+// query parameter an older server does not know.
+func IsBadRequest(err error) bool { return hasCode(err, http.StatusBadRequest) }
+
 // IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not
 // allow now.
 func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }

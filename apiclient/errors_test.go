@@ -218,7 +218,7 @@ func transportError(t *testing.T) error {
 // wrapping, and only its answer: other codes, a transport failure and a
 // cancelled request match none of them.
 func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
-	type flags struct{ notFound, conflict, forbidden, gone, invalid bool }
+	type flags struct{ badRequest, notFound, conflict, forbidden, gone, invalid bool }
 	status := func(code int, reason string) error { return &apiclient.StatusError{Code: code, Reason: reason} }
 	tests := []struct {
 		name string
@@ -226,7 +226,7 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		want flags
 	}{
 		{name: "Nil", err: nil},
-		{name: "BadRequest400IsNoneOfThem", err: status(400, "BadRequest")},
+		{name: "BadRequest400", err: status(400, "BadRequest"), want: flags{badRequest: true}},
 		{name: "Unauthorized401IsNoneOfThem", err: status(401, "Unauthorized")},
 		{name: "Forbidden403", err: status(403, "Forbidden"), want: flags{forbidden: true}},
 		{name: "NotFound404", err: status(404, "NotFound"), want: flags{notFound: true}},
@@ -246,11 +246,12 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := flags{
-				notFound:  apiclient.IsNotFound(tt.err),
-				conflict:  apiclient.IsConflict(tt.err),
-				forbidden: apiclient.IsForbidden(tt.err),
-				gone:      apiclient.IsGone(tt.err),
-				invalid:   apiclient.IsInvalid(tt.err),
+				badRequest: apiclient.IsBadRequest(tt.err),
+				notFound:   apiclient.IsNotFound(tt.err),
+				conflict:   apiclient.IsConflict(tt.err),
+				forbidden:  apiclient.IsForbidden(tt.err),
+				gone:       apiclient.IsGone(tt.err),
+				invalid:    apiclient.IsInvalid(tt.err),
 			}
 			assert.Equal(t, tt.want, got)
 		})

@@ -18,6 +18,8 @@
 #            Not for the script: it has no readiness, and replaying 20,000 ADDED events
 #            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
+#   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
+#            (900 KB each), config-watcher (and as of main) against the informer
 #
 # About 10 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 set -euo pipefail
@@ -184,6 +186,9 @@ for c in config-watcher informer; do
 	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric rss20k
 	stop "$c"
 done
+
+step "memory against ConfigMap volume: peak and steady RSS, 0 to 180 MB of ConfigMaps (bench/memory.sh)"
+BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/memory.sh"
 
 # metrics.csv got its header from the first benchtool row; the sizes go last.
 cat "$RESULTS/metrics.csv.tmp" >>"$RESULTS/metrics.csv"

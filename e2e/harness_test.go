@@ -395,6 +395,10 @@ type controllerOpts struct {
 	namespace string
 	apiURL    string // default: the shared proxy
 	extraEnv  []string
+	// wrap runs the controller through this command, the controller's path
+	// appended as its last argument (e.g. a shell that first joins a cgroup,
+	// then execs it: the pid stays the controller's).
+	wrap []string
 }
 
 // startController starts the binary built by TestMain with env configuration; its
@@ -412,6 +416,9 @@ func startController(t *testing.T, o controllerOpts) *controllerProc {
 	require.NoError(t, err)
 
 	cmd := exec.Command(controller)
+	if len(o.wrap) > 0 {
+		cmd = exec.Command(o.wrap[0], append(o.wrap[1:], controller)...)
+	}
 	cmd.Env = append(os.Environ(),
 		"WATCH_NAMESPACE="+o.namespace,
 		"API_URL="+o.apiURL,

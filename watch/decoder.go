@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unsafe"
 
-	"github.com/k8spatterns/config-watcher/internal/jsonview"
+	"github.com/tidwall/gjson"
 )
 
 // EventType is the type field of a watch event, plus Synced for objects that
@@ -151,66 +152,36 @@ func (d *Decoder) readLine() ([]byte, error) {
 	}
 }
 
-// decodeLine parses one line without copying the object. The validation
-// pass also yields the event's members; only the object's metadata is
-// walked again, up to resourceVersion.
+// decodeLine parses one line without copying the object: gjson reads the
+// line through a string view of it, and Object is the slice of the line that
+// gjson's result points at.
 func decodeLine(line []byte) (Event, error) {
-	// Where a key repeats, the first counts, as with gjson's Get.
-	var typeToken, object string
-	var haveType, haveObject bool
-	valid := jsonview.ValidVisit(line, func(key, value string) {
-		switch jsonview.Key(key) {
-		case "type":
-			if !haveType {
-				typeToken, haveType = value, true
-			}
-		case "object":
-			if !haveObject {
-				object, haveObject = value, true
-			}
-		}
-	})
-	if !valid {
+	if !gjson.ValidBytes(line) {
 		return Event{}, &MalformedError{Reason: "not valid JSON", Length: len(line)}
 	}
-	if i := bytes.IndexFunc(line, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' }); i < 0 || line[i] != '{' {
+	view := unsafe.String(unsafe.SliceData(line), len(line)) // not kept past this call
+	if !gjson.Parse(view).IsObject() {
 		return Event{}, &MalformedError{Reason: "not a JSON object", Length: len(line)}
 	}
-	typ, ok := parseType(jsonview.String(typeToken))
-	if !ok {
-		return Event{}, &MalformedError{Reason: fmt.Sprintf("unknown event type %.40q", jsonview.String(typeToken)), Length: len(line)}
+	// Where a key repeats, the first counts, as with gjson's Get.
+	typeResult := gjson.Get(view, "type")
+	typ, ok := parseType(typeResult.String())
+	if !ok || typeResult.Type != gjson.String {
+		return Event{}, &MalformedError{Reason: fmt.Sprintf("unknown event type %.40q", typeResult.String()), Length: len(line)}
 	}
-	if !isObject(object) {
+	object := gjson.Get(view, "object")
+	// Index locates the object in the line; gjson leaves it 0 when it cannot.
+	if !object.IsObject() || object.Index <= 0 || object.Index+len(object.Raw) > len(line) {
 		return Event{}, &MalformedError{Reason: "event has no object", Length: len(line)}
 	}
-	ev := Event{Type: typ, Object: jsonview.Part(line, object)}
+	ev := Event{Type: typ, Object: line[object.Index : object.Index+len(object.Raw)]}
 	if typ == Error {
 		return ev, nil
 	}
-	rv := ""
-	fields := jsonview.ObjectMembers(object)
-	if metadata, ok := fields.Seek("metadata"); ok {
-		rv = jsonview.String(firstMember(metadata, "resourceVersion"))
-	}
-	if rv == "" {
+	rv := object.Get("metadata.resourceVersion")
+	if rv.Type != gjson.String || rv.Str == "" {
 		return Event{}, &MalformedError{Reason: string(typ) + " event without metadata.resourceVersion", Length: len(line)}
 	}
-	ev.ResourceVersion = strings.Clone(rv)
+	ev.ResourceVersion = strings.Clone(rv.Str)
 	return ev, nil
-}
-
-// firstMember returns the value token of the first member of obj named key,
-// or "" if there is none.
-func firstMember(obj, key string) string {
-	members := jsonview.ObjectMembers(obj)
-	for k, v, ok := members.Next(); ok; k, v, ok = members.Next() {
-		if jsonview.Key(k) == key {
-			return v
-		}
-	}
-	return ""
-}
-
-func isObject(token string) bool {
-	return len(token) > 0 && token[0] == '{'
 }

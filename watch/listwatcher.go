@@ -3,11 +3,15 @@
 // client-go.
 //
 // A Decoder reads one event at a time from a stream. A ListWatcher owns
-// everything else: the initial paged LIST, the WATCH from the list's
-// resourceVersion, resuming from the last resourceVersion after a clean end
-// of stream, relisting when the server has forgotten that version (410 Gone),
-// and backing off on failures. It hands every object to a Handler and knows
+// everything else: the initial state, either streamed on a watch
+// (sendInitialEvents, the WatchList feature) or read as a paged LIST decoded
+// item by item, the WATCH from the list's resourceVersion, resuming from the
+// last resourceVersion after a clean end of stream, relisting when the
+// server has forgotten that version (410 Gone), and backing off on failures. It hands every object to a Handler and knows
 // nothing of what the objects mean.
+//
+// Memory is bounded by the largest object, not by the collection: a watch
+// line or a list item is read, handed over and dropped before the next one.
 package watch
 
 import (
@@ -27,13 +31,12 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
-	"github.com/k8spatterns/config-watcher/internal/jsonview"
 	"github.com/k8spatterns/config-watcher/metrics"
 )
 
 // Transport is the slice of the API client the loop needs.
 type Transport interface {
-	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error)
 	Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error)
 }
 
@@ -64,8 +67,19 @@ type Config struct {
 	// (PartialObjectMetadata): a watch of pods then carries names, uids and
 	// labels, not specs and status.
 	MetadataOnly bool
-	// PageSize of the list (500).
+	// PageSize of the list (500). Pages are decoded one item at a time, so
+	// it bounds requests, not memory.
 	PageSize int
+	// WatchList streams the initial state on the watch itself
+	// (sendInitialEvents=true) instead of a paged LIST, ending with a
+	// bookmark annotated k8s.io/initial-events-end. A server that refuses it
+	// (400, 422) or does not honour it (another event type before that
+	// bookmark, the stream ending or going silent for InitialEventsTimeout
+	// before it) turns it off for good: the loop falls back to paged lists.
+	WatchList bool
+	// InitialEventsTimeout is the longest silence tolerated on a WatchList
+	// stream before its initial-events-end bookmark (30 s).
+	InitialEventsTimeout time.Duration
 	// MinWatchTimeout and MaxWatchTimeout bound the server-side timeout of
 	// each watch, chosen at random to spread reconnections of many
 	// controllers (300 s and 600 s, as client-go).
@@ -121,6 +135,9 @@ type ListWatcher struct {
 	metrics *Metrics
 
 	rv string // last resourceVersion seen; only the Run goroutine touches it
+	// noWatchList: the server does not stream initial events; only the Run
+	// goroutine touches it.
+	noWatchList bool
 
 	listed      atomic.Bool
 	watching    atomic.Bool
@@ -141,6 +158,9 @@ func New(cfg Config, t Transport, h Handler, log *slog.Logger, m *Metrics) *List
 	}
 	if cfg.NewBackOff == nil {
 		cfg.NewBackOff = DefaultBackOff
+	}
+	if cfg.InitialEventsTimeout <= 0 {
+		cfg.InitialEventsTimeout = 30 * time.Second
 	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = time.Minute
@@ -184,7 +204,8 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 	needList := true
 	startReason := "initial"
 	for ctx.Err() == nil {
-		if needList {
+		streamed := needList && lw.cfg.WatchList && !lw.noWatchList
+		if needList && !streamed {
 			if err := lw.list(ctx); err != nil {
 				if ctx.Err() != nil {
 					break
@@ -200,8 +221,11 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 
 		lw.metrics.WatchStarts.Inc(startReason)
 		started := lw.cfg.Now()
-		events, timeout, err := lw.watch(ctx)
+		events, timeout, listed, err := lw.watch(ctx, streamed)
 		lasted := lw.cfg.Now().Sub(started)
+		if listed {
+			needList = false
+		}
 		if events > 0 || lasted >= resetBackOffAfter {
 			bo.Reset()
 		}
@@ -210,6 +234,11 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 			break
 		}
 		switch {
+		case errors.Is(err, errNoWatchList):
+			// Every later (re)list is paged; the next round starts one at once.
+			lw.noWatchList = true
+			startReason = "error"
+			lw.log.Warn("server does not stream the initial list; falling back to paged lists", "path", lw.cfg.Path, "err", err)
 		case err == nil:
 			// The server closed the stream at its timeout or cleanly: resume
 			// from the last resourceVersion at once.
@@ -280,47 +309,70 @@ func (lw *ListWatcher) accept(metadata string) string {
 var errContinueExpired = errors.New("list continue token expired")
 
 // list reads the whole collection, page by page, and hands every object to
-// the handler. On success lw.rv is the list's resourceVersion.
+// the handler. Each page is decoded as it arrives, one item at a time. On
+// success lw.rv is the list's resourceVersion.
 func (lw *ListWatcher) list(ctx context.Context) error {
 	lw.h.BeginList()
 	q := url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}}
 	for {
-		body, err := lw.t.Get(ctx, lw.cfg.Path, q, lw.accept(MetadataListAccept))
+		meta, err := lw.listPage(ctx, q)
 		if err != nil {
 			if isGone(err) && q.Get("continue") != "" {
 				return fmt.Errorf("%w: %w", errContinueExpired, err)
 			}
 			return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
 		}
-		if !jsonview.Valid(body) {
-			return fmt.Errorf("list %s: response is not valid JSON (%d bytes)", lw.cfg.Path, len(body))
-		}
-		page := jsonview.Parse(body)
-		rv := page.Get("metadata.resourceVersion").String()
-		if rv == "" {
+		if meta.ResourceVersion == "" {
 			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
 		}
-		jsonview.Array(page.Get("items")).ForEach(func(_, item gjson.Result) bool {
-			ev := Event{Type: Synced, Object: jsonview.Bytes(body, item)}
-			ev.ResourceVersion = item.Get("metadata.resourceVersion").String()
-			lw.h.Handle(ev)
-			return true
-		})
-		cont := page.Get("metadata.continue").String()
-		if cont == "" {
-			lw.rv = strings.Clone(rv)
+		if meta.Continue == "" {
+			lw.rv = meta.ResourceVersion
 			lw.h.EndList()
 			return nil
 		}
-		q.Set("continue", cont)
+		q.Set("continue", meta.Continue)
 	}
 }
 
+// listPage reads one page and hands over its items.
+func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (listMeta, error) {
+	body, err := lw.t.GetBody(ctx, lw.cfg.Path, q, lw.accept(MetadataListAccept))
+	if err != nil {
+		return listMeta{}, err
+	}
+	defer body.Close()
+	return readPage(body, func(raw []byte) {
+		rv := gjson.GetBytes(raw, "metadata.resourceVersion")
+		if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
+			lw.metrics.Malformed.Inc()
+			lw.log.Warn("skipping malformed list item", "path", lw.cfg.Path, "err", &MalformedError{Reason: "list item is not an object with metadata.resourceVersion", Length: len(raw)})
+			return
+		}
+		lw.h.Handle(Event{Type: Synced, Object: raw, ResourceVersion: rv.Str})
+	})
+}
+
+// errNoWatchList: the server refused or did not honour a WatchList request.
+var errNoWatchList = errors.New("streamed initial list not supported")
+
+// initialEventsEnd is the annotation of the bookmark that closes the initial
+// events of a WatchList.
+const initialEventsEnd = "k8s.io/initial-events-end"
+
+// refusesWatchList: the server rejected the WatchList parameters (an older
+// server, or the feature turned off) rather than failing.
+func refusesWatchList(err error) bool {
+	return apiclient.IsInvalid(err) || apiclient.IsBadRequest(err)
+}
+
 // watch opens one watch from lw.rv and dispatches its events until the
-// stream ends. It returns nil for a clean end, counts the events handled and
-// says which timeoutSeconds it asked for.
-func (lw *ListWatcher) watch(ctx context.Context) (int, time.Duration, error) {
-	timeout := lw.cfg.MinWatchTimeout
+// stream ends. With streamed set it is a WatchList: it starts a list, hands
+// the initial events over as Synced and ends the list at the
+// initial-events-end bookmark, then goes on as a plain watch. It returns nil
+// for a clean end, counts the events handled, says which timeoutSeconds it
+// asked for and whether it completed a list.
+func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, timeout time.Duration, listed bool, err error) {
+	timeout = lw.cfg.MinWatchTimeout
 	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
 		timeout += rand.N(span)
 	}
@@ -330,11 +382,20 @@ func (lw *ListWatcher) watch(ctx context.Context) (int, time.Duration, error) {
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {strconv.Itoa(int(timeout.Seconds()))},
 	}
+	if streamed {
+		// The most recent state, read consistently, then changes from there.
+		q.Set("resourceVersion", "")
+		q.Set("sendInitialEvents", "true")
+		q.Set("resourceVersionMatch", "NotOlderThan")
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
 	body, err := lw.t.Stream(ctx, lw.cfg.Path, q, lw.accept(MetadataAccept))
 	if err != nil {
-		return 0, timeout, err
+		if streamed && refusesWatchList(err) {
+			err = fmt.Errorf("%w: %w", errNoWatchList, err)
+		}
+		return 0, timeout, false, err
 	}
 	defer body.Close()
 	lw.watching.Store(true)
@@ -343,38 +404,79 @@ func (lw *ListWatcher) watch(ctx context.Context) (int, time.Duration, error) {
 		lw.markHealthy()
 	}()
 
+	initial := streamed
+	var stalled atomic.Bool
+	var stall *time.Timer
+	if streamed {
+		lw.h.BeginList()
+		// A server that ignores sendInitialEvents sends the objects and then
+		// nothing: the silence, not the stream's timeout, gives it away.
+		stall = time.AfterFunc(lw.cfg.InitialEventsTimeout, func() {
+			stalled.Store(true)
+			cancel()
+		})
+		defer stall.Stop()
+	}
 	dec := NewDecoder(body)
-	events := 0
 	for {
 		ev, err := dec.Next()
 		var malformed *MalformedError
 		switch {
+		case initial && stalled.Load():
+			return events, timeout, false, fmt.Errorf("%w: no %s bookmark after %s of silence", errNoWatchList, initialEventsEnd, lw.cfg.InitialEventsTimeout)
+		case errors.Is(err, io.EOF) && initial:
+			return events, timeout, false, fmt.Errorf("%w: stream ended before the %s bookmark", errNoWatchList, initialEventsEnd)
 		case errors.Is(err, io.EOF):
-			return events, timeout, nil
+			return events, timeout, listed, nil
 		case errors.As(err, &malformed):
 			lw.metrics.Malformed.Inc()
 			lw.log.Warn("skipping malformed watch event", "rv", lw.rv, "err", err)
 			continue
 		case err != nil:
-			return events, timeout, fmt.Errorf("read watch stream: %w", err)
+			return events, timeout, listed, fmt.Errorf("read watch stream: %w", err)
+		}
+		if initial {
+			stall.Reset(lw.cfg.InitialEventsTimeout)
 		}
 		lw.metrics.Events.Inc(string(ev.Type))
 		lw.metrics.LastEvent.Set(float64(lw.cfg.Now().UnixNano()) / 1e9)
-		switch ev.Type {
-		case Error:
-			return events, timeout, watchError(ev.Object)
-		case Bookmark:
-			lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
+		switch {
+		case ev.Type == Error:
+			return events, timeout, listed, watchError(ev.Object)
+		case ev.Type == Bookmark && initial && isInitialEventsEnd(ev.Object):
+			stall.Stop()
+			initial = false
+			lw.rv = ev.ResourceVersion
+			lw.h.EndList()
+			listed = true
+			lw.listed.Store(true)
+			lw.markHealthy()
+		case ev.Type == Bookmark:
+			if !initial {
+				lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
+			}
+		case initial && ev.Type != Added:
+			return events, timeout, false, fmt.Errorf("%w: %s event before the %s bookmark", errNoWatchList, ev.Type, initialEventsEnd)
 		default:
-			if kind := jsonview.Parse(ev.Object).Get("kind").String(); lw.cfg.Kind != "" && kind != "" && kind != lw.cfg.Kind {
+			if kind := gjson.GetBytes(ev.Object, "kind").String(); lw.cfg.Kind != "" && kind != "" && kind != lw.cfg.Kind {
 				lw.log.Warn("skipping event for another kind", "kind", kind, "rv", ev.ResourceVersion)
+			} else if initial {
+				ev.Type = Synced // the current state, not a change
+				lw.h.Handle(ev)
 			} else {
 				lw.h.Handle(ev)
 			}
-			lw.rv = ev.ResourceVersion
+			if !initial {
+				lw.rv = ev.ResourceVersion
+			}
 		}
 		events++
 	}
+}
+
+// isInitialEventsEnd: the bookmark closes the initial events of a WatchList.
+func isInitialEventsEnd(object []byte) bool {
+	return gjson.GetBytes(object, "metadata.annotations").Get(gjson.Escape(initialEventsEnd)).String() == "true"
 }
 
 // watchError turns an ERROR event's Status into an error.

@@ -1,0 +1,260 @@
+//go:build e2e
+
+package e2e
+
+// The memory bound of issue 12: the controller runs inside a memory cgroup of
+// its own, limited to what the manifests give its container, in a namespace
+// holding far more ConfigMap data than that limit.
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	bigConfigMaps    = 40
+	bigConfigMapSize = 900_000 // bytes of data each: 36 MB in all, none annotated
+)
+
+// TestMemoryBoundedUnderManifestLimit ensures the controller, run inside a
+// memory cgroup set to the manifests' limit for its container, in a namespace
+// holding 40 ConfigMaps of 900 KB next to the webapp, becomes ready, acts on
+// a data change of the annotated ConfigMap and is never OOM-killed: not at
+// start, and not at a relist forced by a 410 answered to its watch.
+func TestMemoryBoundedUnderManifestLimit(t *testing.T) {
+	requireCluster(t)
+	limit := manifestMemoryLimit(t)
+	ns := newNamespace(t)
+	apply(t, ns, webappManifests("app=webapp"))
+	createBigConfigMaps(t, ns, bigConfigMaps, bigConfigMapSize)
+	original := waitPods(t, ns, "app=webapp", 2)
+
+	cg := newMemCgroup(t, limit)
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url, wrap: cg.wrap()})
+	c.WaitReady(t)
+	t.Logf("ready: %s", cg.report(c))
+	assert.Zero(t, cg.oomKills(t), "OOM kills during the initial list")
+
+	adopted := waitRestartedFor(t, ns, "webapp-config", "")
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, bounded memory"}}`)
+	waitDeleted(t, ns, adminUser, original)
+	waitRestartedFor(t, ns, "webapp-config", adopted)
+
+	// A forced relist: the next ConfigMap watch is answered 410 Gone.
+	relists := c.Metric(t, "config_watcher_relists_total")
+	fp.SetRules(t, `[{"name":"gone","watch":"true","path":"/configmaps","status":410,"times":1}]`)
+	fp.Drop(t)
+	c.WaitMetric(t, relists+1, "config_watcher_relists_total")
+	c.WaitReady(t)
+	c.Settle(t, ns) // acting again after the relist
+	assert.Equal(t, 1, fp.Fired(t)["gone"])
+	t.Logf("after the relist: %s", cg.report(c))
+	assert.Zero(t, cg.oomKills(t), "OOM kills at the relist")
+	assertDeletedOnce(t, ns, adminUser, original)
+}
+
+// manifestMemoryLimit reads the config-watcher container's memory limit from
+// manifests/base/deployment.yaml, so the test follows the manifests.
+func manifestMemoryLimit(t *testing.T) int64 {
+	t.Helper()
+	out := kubectl(t, "create", "--dry-run=client", "-f", filepath.Join(repoRoot, "manifests", "base", "deployment.yaml"),
+		"-o", `jsonpath={.spec.template.spec.containers[?(@.name=="config-watcher")].resources.limits.memory}`)
+	q := strings.TrimSpace(out)
+	units := map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+	for suffix, mult := range units {
+		if n, ok := strings.CutSuffix(q, suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			require.NoError(t, err, "memory limit %q", q)
+			return v * mult
+		}
+	}
+	v, err := strconv.ParseInt(q, 10, 64)
+	require.NoError(t, err, "memory limit %q in the manifests", q)
+	return v
+}
+
+// createBigConfigMaps creates n ConfigMaps of size bytes of data in ns, none
+// annotated, one request each (kubectl create: no last-applied copy).
+func createBigConfigMaps(t *testing.T, ns string, n, size int) {
+	t.Helper()
+	const line = "line of a large generated configuration file\n"
+	value := strings.Repeat(line, size/len(line)+1)[:size]
+	for i := range n {
+		cm := map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": fmt.Sprintf("big-%03d", i)},
+			"data":     map[string]string{"config.txt": value},
+		}
+		b, err := json.Marshal(cm)
+		require.NoError(t, err)
+		_, err = runKubectl(string(b), "create", "-n", ns, "-f", "-")
+		require.NoError(t, err, "create big ConfigMap %d", i)
+	}
+}
+
+// memCgroup is a memory cgroup this test created; it is removed when the test
+// ends, after the controller has stopped.
+type memCgroup struct {
+	dir string
+	v2  bool
+}
+
+// newMemCgroup creates a memory cgroup limited to limit bytes, without swap:
+// on the v1 memory controller when it is mounted (these machines), else on the
+// unified hierarchy. It skips the test when neither can be written.
+func newMemCgroup(t *testing.T, limit int64) *memCgroup {
+	t.Helper()
+	name := "config-watcher-e2e-mem-" + randomSuffix()
+	var cg *memCgroup
+	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err == nil {
+		parent := filepath.Join("/sys/fs/cgroup/memory", ownCgroup(t, "memory"))
+		if _, err := os.Stat(parent); err != nil {
+			parent = "/sys/fs/cgroup/memory"
+		}
+		cg = &memCgroup{dir: filepath.Join(parent, name)}
+	} else if ctl, err := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control"); err == nil && strings.Contains(string(ctl), "memory") {
+		// A leaf under the root: a v2 cgroup with processes of its own (ours)
+		// cannot hand the memory controller to a child.
+		cg = &memCgroup{dir: filepath.Join("/sys/fs/cgroup", name), v2: true}
+	} else {
+		t.Skip("no writable memory cgroup: neither the v1 memory controller nor memory on the unified hierarchy")
+	}
+	if err := os.Mkdir(cg.dir, 0o755); err != nil {
+		t.Skipf("cannot create a memory cgroup (needs root): %v", err)
+	}
+	t.Cleanup(func() { cg.remove(t) })
+	if cg.v2 {
+		cg.write(t, "memory.max", strconv.FormatInt(limit, 10))
+		cg.writeIfPresent(t, "memory.swap.max", "0")
+	} else {
+		cg.write(t, "memory.limit_in_bytes", strconv.FormatInt(limit, 10))
+		cg.writeIfPresent(t, "memory.memsw.limit_in_bytes", strconv.FormatInt(limit, 10))
+	}
+	t.Logf("memory cgroup %s limited to %d MiB", cg.dir, limit>>20)
+	return cg
+}
+
+// ownCgroup returns this process's cgroup path for a v1 controller.
+func ownCgroup(t *testing.T, controller string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && strings.Contains(","+parts[1]+",", ","+controller+",") {
+			return parts[2]
+		}
+	}
+	return "/"
+}
+
+func (cg *memCgroup) write(t *testing.T, file, value string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(cg.dir, file), []byte(value), 0o644), "write %s", file)
+}
+
+func (cg *memCgroup) writeIfPresent(t *testing.T, file, value string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cg.dir, file)); err == nil {
+		cg.write(t, file, value)
+	}
+}
+
+// wrap is the command that moves the controller into the cgroup before it
+// runs: the shell joins the cgroup and execs the controller, whose path
+// startController appends.
+func (cg *memCgroup) wrap() []string {
+	return []string{"/bin/sh", "-c", `echo $$ > "$0" && exec "$1"`, filepath.Join(cg.dir, "cgroup.procs")}
+}
+
+// stat reads one counter of a flat keyed file such as memory.events.
+func (cg *memCgroup) stat(t *testing.T, file, key string) int64 {
+	t.Helper()
+	f, err := os.Open(filepath.Join(cg.dir, file))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			require.NoError(t, err, "%s %s", file, key)
+			return n
+		}
+	}
+	require.NoError(t, sc.Err())
+	t.Fatalf("%s has no %s counter (kernel too old to count OOM kills?)", file, key)
+	return 0
+}
+
+// oomKills is the cgroup's OOM-kill counter.
+func (cg *memCgroup) oomKills(t *testing.T) int64 {
+	t.Helper()
+	if cg.v2 {
+		return cg.stat(t, "memory.events", "oom_kill")
+	}
+	return cg.stat(t, "memory.oom_control", "oom_kill")
+}
+
+// report describes the cgroup's and the process's peak memory, for the log.
+func (cg *memCgroup) report(c *controllerProc) string {
+	file := "memory.max_usage_in_bytes"
+	if cg.v2 {
+		file = "memory.peak"
+	}
+	peak := "?"
+	if b, err := os.ReadFile(filepath.Join(cg.dir, file)); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			peak = fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		}
+	}
+	hwm, rss := "?", "?"
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid)); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				hwm = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				rss = strings.TrimSpace(v)
+			}
+		}
+	}
+	return fmt.Sprintf("cgroup peak %s, VmHWM %s, VmRSS %s", peak, hwm, rss)
+}
+
+// remove deletes the cgroup once its processes have gone (the controller is
+// stopped by then; a straggler is killed).
+func (cg *memCgroup) remove(t *testing.T) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := os.Remove(cg.dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("remove cgroup %s: %v", cg.dir, err)
+			return
+		}
+		if b, rerr := os.ReadFile(filepath.Join(cg.dir, "cgroup.procs")); rerr == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, perr := strconv.Atoi(f); perr == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL) // only processes this test put there
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
