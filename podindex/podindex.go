@@ -22,7 +22,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/k8spatterns/config-watcher/internal/jsonview"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -115,7 +114,9 @@ func (x *Index) EndList() {
 
 // Handle implements watch.Handler.
 func (x *Index) Handle(ev watch.Event) {
-	meta := jsonview.Parse(ev.Object).Get("metadata")
+	// GetBytes copies the metadata out of the event's buffer (which is
+	// reused after the call); a metadata-only pod has little else.
+	meta := gjson.GetBytes(ev.Object, "metadata")
 	ns, name, uid := meta.Get("namespace").String(), meta.Get("name").String(), meta.Get("uid").String()
 	if ns == "" || name == "" || uid == "" {
 		x.log.Warn("pod index: skipping object without namespace, name or uid", "type", string(ev.Type), "rv", ev.ResourceVersion)
