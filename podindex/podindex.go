@@ -10,6 +10,10 @@
 // LIST (the sweep) and uses the creation revisions kept here to tell a pod
 // the index had not seen yet (started before the change: restart it) from
 // a replacement created after the round's first deletion (leave it).
+//
+// Namespaces keeps one Index per namespace that holds an annotated
+// ConfigMap, so that the memory follows the pods a selector can match and
+// not every pod of the cluster (docs/pod-index.md).
 package podindex
 
 import (
