@@ -1,0 +1,147 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAllNamespacesPodIndexFollowsAnnotatedNamespaces ensures that with
+// WATCH_NAMESPACE=* the pod index reads the pods of only the namespaces that
+// hold an annotated ConfigMap: none of the pods of namespaces without one,
+// and those of a namespace as soon as a ConfigMap there is annotated. Its
+// pods restart once when the data then changes (whether the round began
+// from the index or from a LIST while the index was still catching up), and
+// once more each, together with the pods a widened selector newly matches,
+// on the next change.
+func TestAllNamespacesPodIndexFollowsAnnotatedNamespaces(t *testing.T) {
+	const busyNamespaces, podsPerNamespace = 4, 10
+	var busy []string
+	for range busyNamespaces {
+		ns := newNamespace(t)
+		barePods(t, ns, "filler", podsPerNamespace)
+		busy = append(busy, ns)
+	}
+	target := newNamespace(t)
+	apply(t, target, tierDeployment("web")+"---\n"+tierDeployment("cache"))
+	web := waitPods(t, target, "app=webapp,tier=web", 2)
+	cache := waitPods(t, target, "app=webapp,tier=cache", 2)
+
+	c := startController(t, controllerOpts{namespace: "*"})
+	c.WaitReady(t)
+	before := c.Metric(t, "config_watcher_pod_index_namespaces")
+
+	// The target namespace gets its first annotated ConfigMap only now.
+	apply(t, target, fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: webapp-config
+  annotations:
+    %s: "app=webapp,tier=web"
+data:
+  message: "Hello"
+`, selectorAnnotation))
+	adopted := waitRestartedFor(t, target, "webapp-config", "")
+	mergePatch(t, target, "webapp-config", `{"data":{"message":"first change"}}`)
+	waitDeleted(t, target, adminUser, web)
+	first := waitRestartedFor(t, target, "webapp-config", adopted)
+	c.Settle(t, target)
+	assertDeletedOnce(t, target, adminUser, web)
+	eventually(t, waitTimeout, "the target namespace indexed", func() (bool, string) {
+		v := c.Metric(t, "config_watcher_pod_index_namespaces")
+		return v == before+1, fmt.Sprintf("%g namespaces indexed, %g before", v, before)
+	})
+
+	// Widen the selector to the cache pods; the next change restarts them
+	// and the web pods' replacements, each once.
+	mergePatch(t, target, "webapp-config", `{"metadata":{"annotations":{"`+selectorAnnotation+`":"app=webapp"}}}`)
+	c.Settle(t, target)
+	replacements := waitPods(t, target, "app=webapp,tier=web", 2)
+	mergePatch(t, target, "webapp-config", `{"data":{"message":"second change"}}`)
+	waitDeleted(t, target, adminUser, slices.Concat(replacements, cache))
+	waitRestartedFor(t, target, "webapp-config", first)
+	c.Settle(t, target)
+	assertDeletedOnce(t, target, adminUser, slices.Concat(web, replacements, cache))
+
+	// The controller read pods in the target namespace, and never in the
+	// busy ones.
+	reads := controllerPodReads(t)
+	assert.NotZero(t, reads[target], "the index listed and watched the target namespace's pods")
+	for _, ns := range busy {
+		assert.Zero(t, reads[ns], "no pod read in %s, which has no annotated ConfigMap", ns)
+		assert.Empty(t, podDeletes(t, ns, adminUser), "nothing deleted in %s", ns)
+	}
+}
+
+// tierDeployment is a Deployment of two pods labelled app=webapp and
+// tier=<tier>.
+func tierDeployment(tier string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: webapp-%[1]s
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: webapp
+      tier: %[1]s
+  template:
+    metadata:
+      labels:
+        app: webapp
+        tier: %[1]s
+    spec:
+      containers:
+      - name: webapp
+        image: k8spatterns/mini-http-server
+`, tier)
+}
+
+// controllerPodReads counts, per namespace, the pod lists and watches the
+// audit log shows from config-watcher (its User-Agent, which the proxy
+// passes on).
+func controllerPodReads(t *testing.T) map[string]int {
+	t.Helper()
+	f, err := os.Open(env.auditLog)
+	require.NoError(t, err, "open audit log")
+	defer f.Close()
+	reads := map[string]int{}
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			var e struct {
+				Stage     string `json:"stage"`
+				Verb      string `json:"verb"`
+				UserAgent string `json:"userAgent"`
+				ObjectRef *struct {
+					Resource  string `json:"resource"`
+					Namespace string `json:"namespace"`
+				} `json:"objectRef"`
+			}
+			require.NoError(t, json.Unmarshal(line, &e), "audit line %q", line)
+			if e.Stage == "ResponseStarted" || e.Stage == "ResponseComplete" {
+				if (e.Verb == "list" || e.Verb == "watch") && e.ObjectRef != nil && e.ObjectRef.Resource == "pods" &&
+					strings.HasPrefix(e.UserAgent, "config-watcher/") {
+					reads[e.ObjectRef.Namespace]++
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return reads
+		}
+		require.NoError(t, err, "read audit log")
+	}
+}
