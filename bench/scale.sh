@@ -152,7 +152,7 @@ measure() {
 	wait_selected
 	start_ms=$(env "${envs[@]}" WATCH_NAMESPACE='*' API_URL="http://$(<"$work/meter.addr")" HTTP_ADDR="127.0.0.1:$port" \
 		"$work/benchtool" spawn -controller "$name" -log "$work/$name-$pods.log" -pidfile "$work/ctrl.pid" \
-		-ready "http://127.0.0.1:$port/readyz" | sed -n 's/.* in \([0-9]*\) ms$/\1/p')
+		-ready "http://127.0.0.1:$port/readyz" -- "${cmd[@]}" | sed -n 's/.* in \([0-9]*\) ms$/\1/p')
 	CTRL_PID=$(<"$work/ctrl.pid")
 	bt quiesce -pid "$CTRL_PID" >/dev/null
 	m0=$(meter)
