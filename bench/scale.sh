@@ -16,16 +16,18 @@
 #   rss     VmRSS once quiet after the start, and VmHWM (the peak) by then
 #   change  one data change of the ConfigMap: requests and KiB read until every selected
 #           pod is replaced and the controller is quiet again
-#   idle    requests and KiB read over BENCH_SCALE_IDLE seconds (30) without changes,
-#           times 3600/window (per hour). Watches end at the server's timeout, 5-10 min,
-#           so a short window shows no reconnection: read it with the watch count.
+# then, at the largest size, all of them together, quiet (no change is made):
+#   idle    requests and KiB read over BENCH_SCALE_IDLE seconds (900) and per hour
+#           (scale-idle.csv). Watches end at the server's timeout, 5-10 min, and are
+#           opened again: the window must be longer than that to see it.
+# KiB are on the wire: the API server gzips responses over 128 KiB.
 #
 # Controllers: config-watcher with the pod index (POD_INDEX=true, the default) and without
 # (POD_INDEX=false), the client-go informer baseline (bench/informer), and, with
 # BENCH_SCALE_BASE=<git rev> (e.g. main), config-watcher as built from that revision, so a
 # change is measured against what it replaces in the same run.
 #
-# About 15 minutes on 2 cores with the defaults. Needs curl, jq, python3.
+# About 30 minutes on 2 cores with the defaults. Needs curl, jq, python3.
 set -euo pipefail
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,7 +39,7 @@ RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
 NAMESPACES="${BENCH_SCALE_NS:-50}"
 SELECTED="${BENCH_SCALE_SELECTED:-100}"
 read -r -a STEPS <<<"${BENCH_SCALE_PODS:-0 10000 50000}"
-IDLE="${BENCH_SCALE_IDLE:-30}"
+IDLE="${BENCH_SCALE_IDLE:-900}"
 BASE="${BENCH_SCALE_BASE:-}"
 ANNOTATION=k8spatterns.io/podDeleteSelector
 
@@ -50,32 +52,32 @@ bench_start=$SECONDS
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-scale.XXXXXX")
 export CW_STATE_DIR
 CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-scale-cluster.XXXXXX")
-CTRL_PID="" METER_PID=""
+declare -A CTRL=() METER=()
 
-# stop_ctrl: SIGTERM to the controller's session, SIGKILL after 10 s; then its meter.
-# Only what this script started, by pid.
+# stop_ctrl NAME: SIGTERM to the controller's session, SIGKILL after 10 s; then its
+# meter. Only what this script started, by pid.
 stop_ctrl() {
-	local i
-	if [[ -n $CTRL_PID ]]; then
-		kill -TERM -- "-$CTRL_PID" 2>/dev/null || true
+	local name=$1 pid=${CTRL[$1]:-} i
+	if [[ -n $pid ]]; then
+		kill -TERM -- "-$pid" 2>/dev/null || true
 		for ((i = 0; i < 100; i++)); do
-			kill -0 "$CTRL_PID" 2>/dev/null || break
+			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -KILL -- "-$CTRL_PID" 2>/dev/null || true
-		CTRL_PID=""
+		kill -KILL -- "-$pid" 2>/dev/null || true
+		unset "CTRL[$name]"
 	fi
-	if [[ -n $METER_PID ]]; then
-		kill "$METER_PID" 2>/dev/null || true
-		wait "$METER_PID" 2>/dev/null || true
-		METER_PID=""
+	if [[ -n ${METER[$name]:-} ]]; then
+		kill "${METER[$name]}" 2>/dev/null || true
+		wait "${METER[$name]}" 2>/dev/null || true
+		unset "METER[$name]"
 	fi
 }
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
-	local rc=$?
-	stop_ctrl
+	local rc=$? c
+	for c in "${!CTRL[@]}" "${!METER[@]}"; do stop_ctrl "$c"; done
 	"$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
 	if ((rc != 0)); then
 		cw_log "scale bench failed (exit $rc); controller logs kept in $work"
@@ -133,33 +135,41 @@ wait_selected() {
 	done
 	cw_die "the Deployment did not get back to $SELECTED pods"
 }
-meter() { curl -fsS "http://$(<"$work/meter.addr")/_meter"; }
+meter() { curl -fsS "http://$(<"$work/$1.meter")/_meter"; }
 
-# measure NAME PODS: one controller alone, as described at the top.
-measure() {
-	local name=$1 pods=$2 port cmd envs=() m0 m1 m2 m3 old start_ms rss hwm i
+# launch NAME LOG: starts controller NAME behind a meter of its own; LAUNCH_MS is the
+# time from exec to /readyz 200.
+launch() {
+	local name=$1 port cmd envs=() i
 	port=$(free_port)
-	rm -f "$work/meter.addr"
-	bt meter -upstream "$api" -addr-file "$work/meter.addr" &
-	METER_PID=$!
-	for ((i = 0; i < 100; i++)); do [[ -s $work/meter.addr ]] && break; sleep 0.05; done
+	rm -f "$work/$name.meter"
+	bt meter -upstream "$api" -addr-file "$work/$name.meter" &
+	METER[$name]=$!
+	for ((i = 0; i < 100; i++)); do [[ -s $work/$name.meter ]] && break; sleep 0.05; done
 	case $name in
 	index) cmd=("$work/config-watcher") envs=(POD_INDEX=true) ;;
 	noindex) cmd=("$work/config-watcher") envs=(POD_INDEX=false) ;;
 	base) cmd=("$work/config-watcher-base") envs=(POD_INDEX=true) ;;
 	informer) cmd=("$work/informer") ;;
 	esac
-	wait_selected
-	start_ms=$(env "${envs[@]}" WATCH_NAMESPACE='*' API_URL="http://$(<"$work/meter.addr")" HTTP_ADDR="127.0.0.1:$port" \
-		"$work/benchtool" spawn -controller "$name" -log "$work/$name-$pods.log" -pidfile "$work/ctrl.pid" \
+	LAUNCH_MS=$(env "${envs[@]}" WATCH_NAMESPACE='*' API_URL="http://$(<"$work/$name.meter")" HTTP_ADDR="127.0.0.1:$port" \
+		"$work/benchtool" spawn -controller "$name" -log "$work/$2" -pidfile "$work/$name.pid" \
 		-ready "http://127.0.0.1:$port/readyz" -- "${cmd[@]}" | sed -n 's/.* in \([0-9]*\) ms$/\1/p')
-	CTRL_PID=$(<"$work/ctrl.pid")
-	bt quiesce -pid "$CTRL_PID" >/dev/null
-	m0=$(meter)
-	read -r rss hwm < <(bt mem -pid "$CTRL_PID" | sed -n 's/.*VmRSS \([0-9.]*\) MiB, VmHWM \([0-9.]*\) MiB/\1 \2/p')
+	CTRL[$name]=$(<"$work/$name.pid")
+}
+
+# measure NAME PODS: one controller alone: start, memory, one change.
+measure() {
+	local name=$1 pods=$2 m0 m1 m2 old start_ms rss hwm i
+	wait_selected
+	launch "$name" "$name-$pods.log"
+	start_ms=$LAUNCH_MS
+	bt quiesce -pid "${CTRL[$name]}" >/dev/null
+	m0=$(meter "$name")
+	read -r rss hwm < <(bt mem -pid "${CTRL[$name]}" | sed -n 's/.*VmRSS \([0-9.]*\) MiB, VmHWM \([0-9.]*\) MiB/\1 \2/p')
 
 	old=$(webapp_uids)
-	m1=$(meter)
+	m1=$(meter "$name")
 	curl -fsS -o /dev/null -X PATCH -H 'Content-Type: application/merge-patch+json' \
 		"$api/api/v1/namespaces/$ns0/configmaps/webapp-config" -d "{\"data\":{\"message\":\"$name-$pods\"}}"
 	for ((i = 0; i < 1200; i++)); do
@@ -168,22 +178,19 @@ measure() {
 	done
 	[[ -z $(comm -12 <(echo "$old") <(webapp_uids)) ]] || cw_die "$name did not restart the selected pods"
 	wait_selected
-	bt quiesce -pid "$CTRL_PID" >/dev/null
-	m2=$(meter)
-	sleep "$IDLE"
-	m3=$(meter)
-	stop_ctrl
+	bt quiesce -pid "${CTRL[$name]}" >/dev/null
+	m2=$(meter "$name")
+	stop_ctrl "$name"
 
-	jq -rn --arg name "$name" --arg pods "$pods" --arg ms "$start_ms" --arg rss "$rss" --arg hwm "$hwm" --argjson idle "$IDLE" \
-		--argjson m0 "$m0" --argjson m1 "$m1" --argjson m2 "$m2" --argjson m3 "$m3" \
+	jq -rn --arg name "$name" --arg pods "$pods" --arg ms "$start_ms" --arg rss "$rss" --arg hwm "$hwm" \
+		--argjson m0 "$m0" --argjson m1 "$m1" --argjson m2 "$m2" \
 		'[$pods, $name, $ms, $rss, $hwm, $m0.requests, ($m0.bytes/1024|floor),
-		  ($m2.requests-$m1.requests), (($m2.bytes-$m1.bytes)/1024|floor),
-		  (($m3.requests-$m2.requests)*3600/$idle|floor), (($m3.bytes-$m2.bytes)/1024*3600/$idle|floor)] | join(",")' |
+		  ($m2.requests-$m1.requests), (($m2.bytes-$m1.bytes)/1024|floor)] | join(",")' |
 		tee -a "$RESULTS/scale.csv"
 }
 
 mkdir -p "$RESULTS"
-echo "pods,controller,start_ms,rss_mib,hwm_mib,start_requests,start_kib,change_requests,change_kib,idle_requests_per_h,idle_kib_per_h" >"$RESULTS/scale.csv"
+echo "pods,controller,start_ms,rss_mib,hwm_mib,start_requests,start_kib,change_requests,change_kib" >"$RESULTS/scale.csv"
 have=0 # bare pods per namespace so far
 for total in "${STEPS[@]}"; do
 	per=$((total / NAMESPACES))
@@ -209,6 +216,25 @@ for total in "${STEPS[@]}"; do
 	for c in "${CONTROLLERS[@]}"; do measure "$c" "$count"; done
 done
 
-step "results ($RESULTS/scale.csv)"
+step "idle: the ${CONTROLLERS[*]} together, quiet, over $IDLE s ($count pods)"
+declare -A before=()
+for c in "${CONTROLLERS[@]}"; do
+	launch "$c" "$c-idle.log"
+	bt quiesce -pid "${CTRL[$c]}" >/dev/null
+	before[$c]=$(meter "$c")
+done
+sleep "$IDLE"
+echo "controller,idle_seconds,requests,kib,requests_per_h,kib_per_h" >"$RESULTS/scale-idle.csv"
+for c in "${CONTROLLERS[@]}"; do
+	jq -rn --arg name "$c" --argjson idle "$IDLE" --argjson a "${before[$c]}" --argjson b "$(meter "$c")" \
+		'[$name, $idle, ($b.requests-$a.requests), (($b.bytes-$a.bytes)/1024|floor),
+		  (($b.requests-$a.requests)*3600/$idle|floor), (($b.bytes-$a.bytes)/1024*3600/$idle|floor)] | join(",")' |
+		tee -a "$RESULTS/scale-idle.csv"
+	stop_ctrl "$c"
+done
+
+step "results ($RESULTS/scale.csv, $RESULTS/scale-idle.csv)"
 column -s, -t <"$RESULTS/scale.csv"
+echo
+column -s, -t <"$RESULTS/scale-idle.csv"
 cw_log "scale bench finished in $(cw_elapsed $((SECONDS - bench_start)))"
