@@ -199,7 +199,7 @@ func collection(ns, resource string) string {
 // list pods first, as before.
 func podIndexes(client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) *podindex.Namespaces {
 	m := watch.NewMetricsFor(reg, "pod_index")
-	indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and those that lost their last one moments ago).")
+	indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
 	plog := log.With("watch", "pods")
 	return podindex.NewNamespaces(podindex.NamespacesConfig{
 		Watch: func(ns string, h watch.Handler) podindex.Watcher {
