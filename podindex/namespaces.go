@@ -25,7 +25,10 @@ type Namespaces struct {
 
 	mu sync.Mutex
 	// ctx is Run's, nil before Run; indexes wanted before are started by Run.
-	ctx     context.Context
+	ctx context.Context
+	// stopped is set when Run stops: no loop starts after, so that none is
+	// added to wg while Run waits for it.
+	stopped bool
 	wg      sync.WaitGroup
 	covered map[string]*covered
 	// unlisted counts the running indexes whose first list has not ended.
@@ -109,6 +112,9 @@ func (n *Namespaces) Run(ctx context.Context) {
 	}
 	n.mu.Unlock()
 	<-ctx.Done()
+	n.mu.Lock()
+	n.stopped = true
+	n.mu.Unlock()
 	n.wg.Wait()
 }
 
@@ -161,7 +167,7 @@ func (n *Namespaces) expire(namespace string, c *covered, gen uint64) {
 
 // start runs c's loop. n.mu must be held and n.ctx set.
 func (n *Namespaces) start(namespace string, c *covered) {
-	if c.cancel != nil || n.ctx.Err() != nil {
+	if c.cancel != nil || n.stopped {
 		return
 	}
 	ctx, cancel := context.WithCancel(n.ctx)

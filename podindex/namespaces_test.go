@@ -357,3 +357,32 @@ func TestNamespacesFreeMemoryOnceListsSettle(t *testing.T) {
 	require.Eventually(t, f.covered("c"), waitLimit, time.Millisecond)
 	assert.Equal(t, int64(2), f.freed.Load(), "once more after a new namespace's first list")
 }
+
+// TestNamespacesStartNothingAfterRunStops ensures Run returns while
+// namespaces are still being announced, and that one announced after it
+// returned gets no loop: none may outlive Run.
+func TestNamespacesStartNothingAfterRunStops(t *testing.T) {
+	f := newNSFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.n.Run(ctx); close(done) }()
+	f.n.Annotated("a", true)
+	require.Eventually(t, f.covered("a"), waitLimit, time.Millisecond)
+	announced := make(chan struct{})
+	go func() { // announced while Run stops, ordered with it by nothing else
+		defer close(announced)
+		for i := range 200 {
+			f.n.Annotated(fmt.Sprintf("during-%d", i), true)
+		}
+	}()
+	cancel()
+	<-announced
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	f.n.Annotated("after", true)
+	assert.Nil(t, f.n.Cover("after"))
+	assert.Zero(t, f.api.count(f.api.lists, "after"), "no request once Run returned")
+}
