@@ -113,9 +113,16 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	} else {
 		leading.Set(1)
 	}
-	var podLWs []*watch.ListWatcher
+	var pods *podindex.Namespaces
 	if cfg.PodIndex && cfg.RestartStrategy == policy.StrategyDelete {
-		pcfg.Pods, podLWs = podIndexes(cfg.Namespaces, client, log, reg)
+		pods = podIndexes(client, log, reg)
+		pcfg.Pods = func(ns string) policy.PodIndex {
+			if x := pods.Cover(ns); x != nil {
+				return x
+			}
+			return nil // not a typed nil: the round lists first
+		}
+		pcfg.Annotated = pods.Annotated
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	// One list + watch per namespace, or one across the cluster for "*".
@@ -145,8 +152,11 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
 		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "pod_index", cfg.PodIndex, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
-	for _, lw := range append(podLWs, lws...) {
+	for _, lw := range lws {
 		wg.Go(func() { _ = lw.Run(ctx) })
+	}
+	if pods != nil {
+		wg.Go(func() { pods.Run(ctx) })
 	}
 	if recorder != nil {
 		// Events go on until run returns, so a round that finishes during
@@ -189,35 +199,24 @@ func collection(ns, resource string) string {
 	return apiclient.CorePath(ns, resource, "")
 }
 
-// podIndexes makes one pod index per watched namespace (or one for all),
-// each fed by its own metadata-only list + watch, and the lookup the
-// controller uses. An index is offered only while its watch stream is open (Watching, not Ready with its grace: a frozen index must not decide), and
-// the indexes are not part of readiness: without them (a Role that
-// predates watch on pods, say) rounds list pods first, as before.
-func podIndexes(namespaces []string, client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) (func(string) policy.PodIndex, []*watch.ListWatcher) {
-	type fed struct {
-		index *podindex.Index
-		lw    *watch.ListWatcher
-	}
+// podIndexes makes the pod indexes: one per namespace that holds an
+// annotated ConfigMap (whatever WATCH_NAMESPACE says), each fed by its own
+// metadata-only list + watch, so that memory follows the pods a selector
+// can match, not the cluster (docs/pod-index.md). An index is offered only
+// while its watch stream is open (Watching, not Ready with its grace: a
+// frozen index must not decide), and the indexes are not part of
+// readiness: without them (a Role that predates watch on pods, say) rounds
+// list pods first, as before.
+func podIndexes(client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) *podindex.Namespaces {
 	m := watch.NewMetricsFor(reg, "pod_index")
-	indexes := map[string]fed{}
-	var lws []*watch.ListWatcher
-	for _, ns := range namespaces {
-		idx := podindex.New(log)
-		lw := watch.New(watch.Config{Path: collection(ns, "pods"), MetadataOnly: true}, client, idx, log.With("watch", "pods"), m)
-		indexes[ns] = fed{idx, lw}
-		lws = append(lws, lw)
-	}
-	return func(ns string) policy.PodIndex {
-		f, ok := indexes[ns]
-		if !ok {
-			f, ok = indexes[""]
-		}
-		if !ok || !f.lw.Watching() {
-			return nil
-		}
-		return f.index
-	}, lws
+	indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
+	plog := log.With("watch", "pods")
+	return podindex.NewNamespaces(podindex.NamespacesConfig{
+		Watch: func(ns string, h watch.Handler) podindex.Watcher {
+			return watch.New(watch.Config{Path: collection(ns, "pods"), MetadataOnly: true}, client, h, plog.With("namespace", ns), m)
+		},
+		Indexed: func(n int) { indexed.Set(float64(n)) },
+	}, log)
 }
 
 // watchers are the list + watch loops, one per watched namespace.

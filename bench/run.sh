@@ -22,6 +22,10 @@
 #            (900 KB each), config-watcher (and as of main) against the informer
 #
 # About 10 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+#
+# Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
+# and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
+# on and off, and the informer; results in scale.csv and scale-idle.csv.
 set -euo pipefail
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -198,4 +202,8 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
 step "results ($RESULTS)"
 bt chart -in "$RESULTS/latency.csv" -out "$RESULTS/latency.png"
 bt summary -dir "$RESULTS" | tee "$RESULTS/summary.md"
+
+step "cluster scale (bench/scale.sh), on a control plane of its own"
+"$repo/hack/cluster.sh" down
+BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
 cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png"

@@ -10,6 +10,10 @@
 // LIST (the sweep) and uses the creation revisions kept here to tell a pod
 // the index had not seen yet (started before the change: restart it) from
 // a replacement created after the round's first deletion (leave it).
+//
+// Namespaces keeps one Index per namespace that holds an annotated
+// ConfigMap, so that the memory follows the pods a selector can match and
+// not every pod of the cluster (docs/pod-index.md).
 package podindex
 
 import (
@@ -22,7 +26,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/k8spatterns/config-watcher/internal/jsonview"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -115,7 +118,9 @@ func (x *Index) EndList() {
 
 // Handle implements watch.Handler.
 func (x *Index) Handle(ev watch.Event) {
-	meta := jsonview.Parse(ev.Object).Get("metadata")
+	// GetBytes copies the metadata out of the event's buffer (which is
+	// reused after the call); a metadata-only pod has little else.
+	meta := gjson.GetBytes(ev.Object, "metadata")
 	ns, name, uid := meta.Get("namespace").String(), meta.Get("name").String(), meta.Get("uid").String()
 	if ns == "" || name == "" || uid == "" {
 		x.log.Warn("pod index: skipping object without namespace, name or uid", "type", string(ev.Type), "rv", ev.ResourceVersion)

@@ -8,7 +8,7 @@
 // precondition): what a competent first version looks like. It talks to the API
 // server through the same kubectl proxy as config-watcher (rest.Config{Host: API_URL}).
 //
-// Settings (environment): WATCH_NAMESPACE (default), API_URL (http://localhost:8001),
+// Settings (environment): WATCH_NAMESPACE (default; * for all), API_URL (http://localhost:8001),
 // SELECTOR_ANNOTATION (k8spatterns.io/podDeleteSelector), HTTP_ADDR (:8080; serves
 // /readyz: 200 once the informer has synced, so start time is measured as for
 // config-watcher).
@@ -41,6 +41,9 @@ func env(name, def string) string {
 
 func main() {
 	ns := env("WATCH_NAMESPACE", "default")
+	if ns == "*" {
+		ns = metav1.NamespaceAll // as config-watcher: every namespace
+	}
 	apiURL := env("API_URL", "http://localhost:8001")
 	annotation := env("SELECTOR_ANNOTATION", "k8spatterns.io/podDeleteSelector")
 	httpAddr := env("HTTP_ADDR", ":8080")
@@ -70,7 +73,7 @@ func main() {
 			if reflect.DeepEqual(oldCM.Data, newCM.Data) && reflect.DeepEqual(oldCM.BinaryData, newCM.BinaryData) {
 				return
 			}
-			restart(ctx, cs, ns, newCM.Name, sel)
+			restart(ctx, cs, newCM.Namespace, newCM.Name, sel)
 		},
 	})
 	if err != nil {

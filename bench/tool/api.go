@@ -181,12 +181,24 @@ func cmdPods(args []string) error {
 	ns := fs.String("ns", "", "namespace")
 	n := fs.Int("n", 1, "how many")
 	prefix := fs.String("prefix", "p", "name prefix; pod P-i is labelled bench-pod=P-i")
+	labels := fs.String("labels", "", "more labels for every pod: k=v,k=v")
+	from := fs.Int("from", 0, "first index")
 	workers := fs.Int("workers", 8, "concurrent requests")
 	_ = fs.Parse(args)
 	a := api{*base}
+	extra := map[string]string{}
+	for _, kv := range strings.Split(*labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			extra[k] = v
+		}
+	}
 	return parallel(*n, *workers, func(i int) error {
-		name := fmt.Sprintf("%s-%d", *prefix, i)
-		_, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, map[string]string{"bench-pod": name}), "application/json", 201)
+		name := fmt.Sprintf("%s-%d", *prefix, *from+i)
+		l := map[string]string{"bench-pod": name}
+		for k, v := range extra {
+			l[k] = v
+		}
+		_, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, l), "application/json", 201)
 		return err
 	})
 }

@@ -6,7 +6,7 @@
 //
 //	benchtool ns        -api URL -ns NS                      create a namespace, wait for its ServiceAccount
 //	benchtool create    -api URL -ns NS -n N [-from I] ...   create N ConfigMaps of -size bytes, every 2nd annotated
-//	benchtool pods      -api URL -ns NS -n N -prefix P        create N bare pods labelled bench-pod=P-i
+//	benchtool pods      -api URL -ns NS -n N -prefix P        create N bare pods P-FROM… labelled bench-pod=P-i (and -labels k=v,…)
 //	benchtool latency   -api URL -ns NS -audit F -n N ...     N sequential data changes, latency from the audit log
 //	benchtool burst     -api URL -ns NS -audit F -n N ...     N ConfigMaps changed at once
 //	benchtool spawn     -log F -ready URL -- CMD ARGS...     start CMD in its own session, time exec -> ready
@@ -17,6 +17,7 @@
 //	benchtool summary   -dir results                         the Markdown table
 //	benchtool listprobe -api URL -ns NS                      time pod LISTs right after a ConfigMap write
 //	benchtool floor                                          the latency floor: DELETE on each event, nothing else
+//	benchtool meter     -upstream URL -addr-file F            count a controller's API requests and bytes read (GET /_meter)
 package main
 
 import (
@@ -26,13 +27,13 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
 		"ns": cmdNamespace, "create": cmdCreate, "pods": cmdPods, "latency": cmdLatency,
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
-		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor,
+		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor, "meter": cmdMeter,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {
