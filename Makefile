@@ -61,7 +61,7 @@ e2e-node: image-e2e ## e2e tests on a real kubelet, containerd and runc, in name
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 12 min); see BENCHMARKS.md
+bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 45 min: 15, then 30 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
 fuzz-short: ## every fuzz target for FUZZ_TIME (10s) each, about 1 min; a crash is saved under testdata/fuzz/ and fails

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The side-by-side measurement of issue 6 (`make bench`): config-watcher against the
+# The side-by-side measurement (`make bench`): config-watcher against the
 # book's curl+jq script (bench/shell/) and a client-go informer controller
 # (bench/informer/), on a fresh local control plane of its own (hack/cluster.sh, in a
 # new state dir, stopped at the end), all through the same kubectl proxy.
@@ -21,7 +21,7 @@
 #   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
 #            (900 KB each), config-watcher (and as of main) against the informer
 #
-# About 10 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 15 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
 # Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
