@@ -25,7 +25,8 @@
 #
 # Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
-# on and off, and the informer; results in scale.csv and scale-idle.csv.
+# on and off, and the informer; results in scale.csv and scale-idle.csv. BENCH_SCALE=0
+# skips it.
 set -euo pipefail
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -203,7 +204,9 @@ step "results ($RESULTS)"
 bt chart -in "$RESULTS/latency.csv" -out "$RESULTS/latency.png"
 bt summary -dir "$RESULTS" | tee "$RESULTS/summary.md"
 
-step "cluster scale (bench/scale.sh), on a control plane of its own"
-"$repo/hack/cluster.sh" down
-BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
+if [[ ${BENCH_SCALE:-1} != 0 ]]; then
+	step "cluster scale (bench/scale.sh), on a control plane of its own"
+	"$repo/hack/cluster.sh" down
+	BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
+fi
 cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png"
