@@ -149,6 +149,21 @@ func (h *changes) requirePromiseKept(t *testing.T, spared ...string) {
 	}
 }
 
+// webappBehindFaultProxy starts the webapp with replicas pods in a new
+// namespace, a pod watch for the test's judgement, and a controller that
+// talks to the API server through a fault proxy without rules yet; it
+// returns once the controller is ready and has adopted the ConfigMap.
+func webappBehindFaultProxy(t *testing.T, replicas int) (ns string, pods []pod, h *changes, fp *faultProxy) {
+	t.Helper()
+	ns = newNamespace(t)
+	pods = webappWith(t, ns, replicas)
+	h = trackChanges(t, ns, "app=webapp")
+	fp = startFaultProxy(t, env.proxyURL)
+	startController(t, controllerOpts{namespace: ns, apiURL: fp.url}).WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+	return ns, pods, h, fp
+}
+
 // successfulDeletes counts the controller's successful pod deletions in ns.
 func successfulDeletes(t *testing.T, ns string) int {
 	n := 0
@@ -195,13 +210,7 @@ func TestInterruptedKilledThenReverted(t *testing.T) {
 // pod for the data set back: all of them had been restarted for the other.
 func TestInterruptedRecordFailsThenReverted(t *testing.T) {
 	const replicas = 6
-	ns := newNamespace(t)
-	webappWith(t, ns, replicas)
-	h := trackChanges(t, ns, "app=webapp")
-	fp := startFaultProxy(t, env.proxyURL)
-	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
-	c.WaitReady(t)
-	waitRestartedFor(t, ns, "webapp-config", "")
+	ns, _, h, fp := webappBehindFaultProxy(t, replicas)
 	// The intent's PATCH passes; the record's is refused once, for 30 s.
 	fp.SetRules(t, `[{"name":"record503","method":"PATCH","path":"/configmaps/webapp-config","after":1,"times":1,"status":503,"retryAfter":30}]`)
 
@@ -219,13 +228,7 @@ func TestInterruptedRecordFailsThenReverted(t *testing.T) {
 // and back), and v2 again restarts every pod.
 func TestInterruptedToggleNeverReusesARound(t *testing.T) {
 	const replicas = 4
-	ns := newNamespace(t)
-	pods := webappWith(t, ns, replicas)
-	h := trackChanges(t, ns, "app=webapp")
-	fp := startFaultProxy(t, env.proxyURL)
-	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
-	c.WaitReady(t)
-	waitRestartedFor(t, ns, "webapp-config", "")
+	ns, pods, h, fp := webappBehindFaultProxy(t, replicas)
 	fp.SetRules(t, fmt.Sprintf(`[{"name":"stuck","method":"DELETE","path":"/pods/%s","status":500}]`, pods[0].name))
 
 	h.set(t, "v2")
@@ -251,13 +254,7 @@ func TestInterruptedToggleNeverReusesARound(t *testing.T) {
 // the data changes, and the others are restarted.
 func TestInterruptedFrozenIndexDeletesNoBystander(t *testing.T) {
 	const replicas = 3
-	ns := newNamespace(t)
-	pods := webappWith(t, ns, replicas)
-	h := trackChanges(t, ns, "app=webapp")
-	fp := startFaultProxy(t, env.proxyURL)
-	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
-	c.WaitReady(t)
-	waitRestartedFor(t, ns, "webapp-config", "")
+	ns, pods, h, fp := webappBehindFaultProxy(t, replicas)
 
 	fp.SetRules(t, `[{"name":"podwatch503","watch":"true","path":"/pods","status":503}]`)
 	fp.Drop(t) // cut the streams in flight; the pod watch cannot come back
@@ -279,14 +276,8 @@ func TestInterruptedFaultsRestartNothingTwice(t *testing.T) {
 	const replicas, changesPerRun, runs = 2, 10, 3
 	for run := range runs {
 		t.Run(fmt.Sprintf("run-%d", run+1), func(t *testing.T) {
-			ns := newNamespace(t)
-			webappWith(t, ns, replicas)
-			h := trackChanges(t, ns, "app=webapp")
+			ns, _, h, fp := webappBehindFaultProxy(t, replicas)
 			h.lateRoundsAllowed = true
-			fp := startFaultProxy(t, env.proxyURL)
-			c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
-			c.WaitReady(t)
-			waitRestartedFor(t, ns, "webapp-config", "")
 			fp.SetRules(t, `[
 			  {"name":"latency","delay":"20ms"},
 			  {"name":"busy","watch":"false","status":429,"retryAfter":1,"probability":0.15},
