@@ -8,6 +8,8 @@ import (
 	"hash"
 	"slices"
 	"strconv"
+	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -37,11 +39,14 @@ func (cm configMap) key() string { return cm.namespace + "/" + cm.name }
 // repeats, the first occurrence counts, except in annotations, where the
 // last does.
 func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
-	meta := gjson.GetBytes(raw, "metadata")
+	// Read in place: gjson's []byte functions copy what they return, and a
+	// value may be 1 MiB. What is kept is cloned below.
+	obj := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
+	meta := obj.Get("metadata")
 	cm := configMap{
-		namespace: meta.Get("namespace").String(),
-		name:      meta.Get("name").String(),
-		uid:       meta.Get("uid").String(),
+		namespace: strings.Clone(meta.Get("namespace").String()),
+		name:      strings.Clone(meta.Get("name").String()),
+		uid:       strings.Clone(meta.Get("uid").String()),
 	}
 	if cm.name == "" || cm.namespace == "" {
 		return configMap{}, errors.New("object has no metadata.name or metadata.namespace")
@@ -53,15 +58,15 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 	meta.Get("annotations").ForEach(func(k, v gjson.Result) bool {
 		switch k.String() {
 		case selectorAnnotation:
-			cm.selector, cm.hasSelector = v.String(), true
+			cm.selector, cm.hasSelector = strings.Clone(v.String()), true
 		case RestartedForAnnotation:
 			cm.recorded, _ = parseDigest(v.String())
 		case RestartingAnnotation:
-			cm.intent = parseIntent(v.String())
+			cm.intent = parseIntent(strings.Clone(v.String()))
 		}
 		return true
 	})
-	cm.hash = dataHash(gjson.GetBytes(raw, "data"), gjson.GetBytes(raw, "binaryData"))
+	cm.hash = dataHash(obj.Get("data"), obj.Get("binaryData"))
 	return cm, nil
 }
 
@@ -121,7 +126,7 @@ func writeValue(h hash.Hash, v gjson.Result) {
 
 func writeString(h hash.Hash, s string) {
 	writeUint(h, uint64(len(s)))
-	h.Write([]byte(s))
+	h.Write(unsafe.Slice(unsafe.StringData(s), len(s))) // not a copy of a value of up to 1 MiB; Write keeps nothing
 }
 
 func writeUint(h hash.Hash, n uint64) { h.Write(binary.BigEndian.AppendUint64(nil, n)) }

@@ -80,6 +80,27 @@ func BenchmarkParseConfigMap(b *testing.B) {
 	}
 }
 
+// TestParsedConfigMapOutlivesTheEvent ensures nothing parseConfigMap
+// returns aliases the event's bytes, which it reads in place: the watch
+// reuses them for the next event.
+func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
+	raw := []byte(`{"metadata":{"name":"cfg","namespace":"ns","uid":"u-1","annotations":{"` + DefaultSelectorAnnotation + `":"app=web","` +
+		RestartingAnnotation + `":"sha256:` + strings.Repeat("ab", 32) + `/u-7"}},"data":{"k":"v"}}`)
+	cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+	require.NoError(t, err)
+	want := cm
+	want.intent = parseIntent(strings.Clone(cm.intent.text))
+	for i := range raw {
+		raw[i] = 'x'
+	}
+	assert.Equal(t, want, cm)
+	assert.Equal(t, "cfg", cm.name)
+	assert.Equal(t, "ns", cm.namespace)
+	assert.Equal(t, "u-1", cm.uid)
+	assert.Equal(t, "app=web", cm.selector)
+	assert.True(t, cm.intent.has("u-7"))
+}
+
 // FuzzParseConfigMap ensures no input makes reading an object panic, and
 // that re-encoding the same content (other escaping, other key order)
 // keeps the digest.
