@@ -32,10 +32,13 @@ type round struct {
 	hash     digest
 	selector string // the annotation's raw value
 	intent   string // the intent it wrote or resumed ("" while none)
-	resumed  bool   // it resumes an intent left by an earlier round
-	pods     []podRef
-	state    []podState // state[i] is pods[i]'s; each restart goroutine owns its own
-	indexed  *indexed   // set when the round began from the pod index
+	// writing is the intent being written: the event of that write may
+	// arrive before the write's answer, and must not stop the round.
+	writing string
+	resumed bool // it resumes an intent left by an earlier round
+	pods    []podRef
+	state   []podState // state[i] is pods[i]'s; each restart goroutine owns its own
+	indexed *indexed   // set when the round began from the pod index
 }
 
 type podRef struct {
@@ -148,6 +151,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	return resultRestarted, nil
 }
 
+// wrote reports whether the intent text is the round's own.
+func (r *round) wrote(text string) bool { return text == r.intent || text == r.writing }
+
 func (r *round) count(s podState) int {
 	n := 0
 	for _, st := range r.state {
@@ -219,6 +225,11 @@ func (c *Controller) current(key string, r *round) bool {
 // the next controller knows which pods were started before it.
 func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) (intent, error) {
 	in := newIntent(cm.hash, pods)
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil && e.round != nil {
+		e.round.writing = in.text
+	}
+	c.mu.Unlock()
 	if err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text); err != nil {
 		return intent{}, fmt.Errorf("record the round in progress: %w", err)
 	}

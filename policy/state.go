@@ -96,7 +96,7 @@ func (e *entry) apply(cm configMap) {
 	if e.i.present() && e.i.hash != cm.hash {
 		e.outdated = e.i.text
 	}
-	if r := e.round; r != nil && (recorded || (intentWritten && cm.intent.text != r.intent) || r.hash != cm.hash || r.selector != cm.selector) {
+	if r := e.round; r != nil && (recorded || (intentWritten && !r.wrote(cm.intent.text)) || r.hash != cm.hash || r.selector != cm.selector) {
 		// Someone's record, someone else's intent, other data or another
 		// selector: the round is not the current one any more.
 		e.round = nil

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -259,6 +260,38 @@ func TestPeersRecordEndsOurRound(t *testing.T) {
 	settle(t, c)
 	assert.Equal(t, []string{"webapp-1"}, api.deletedPods())
 	assert.Empty(t, api.recordedHashes())
+}
+
+// TestOwnIntentSeenBeforeItsAnswerKeepsTheRound ensures the event of our
+// own intent write, arriving before the write's answer, does not stop the
+// round as if someone else had written it (it would then be resumed, after
+// one more LIST).
+func TestOwnIntentSeenBeforeItsAnswerKeepsTheRound(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var c *Controller
+	var once sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch && strings.Contains(r.body, RestartingAnnotation) && !strings.Contains(r.body, RestartedForAnnotation) {
+			var patch struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(r.body), &patch))
+			once.Do(func() {
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: patch.Metadata.Annotations[RestartingAnnotation]})
+			})
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3)
+	lists := slices.DeleteFunc(api.seen(http.MethodGet, "pods"), func(r request) bool { return r.query["continue"] != nil })
+	assert.Len(t, lists, 1, "one LIST: the round was not stopped and resumed")
+	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
 }
 
 // TestTombstonesAreBounded ensures ConfigMaps created and deleted under
