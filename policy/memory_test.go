@@ -117,7 +117,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 					key, _ := c.queue.Get()
 					c.mu.Lock()
 					e := c.entries[key]
-					e.r = e.cm.hash // adopted
+					e.r, e.adopted = e.cm.hash, false // adopted and recorded, as record does
 					c.mu.Unlock()
 					c.queue.Done(key)
 				}
