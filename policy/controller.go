@@ -106,7 +106,17 @@ type Controller struct {
 	// memory of the initial sync goes back to the OS: see releaseAfterSync.
 	unsynced atomic.Int32
 	released atomic.Bool
+	// synced is closed when unsynced first reaches zero. Workers wait for
+	// it (at most syncWait): the writes of a start, one adoption record
+	// per annotated ConfigMap, would otherwise slow the initial lists down
+	// (BENCHMARKS.md, start).
+	synced     chan struct{}
+	syncedOnce sync.Once
 }
+
+// syncWait bounds how long workers wait for the initial lists: a list that
+// keeps failing (RBAC, say) must not hold rounds elsewhere.
+const syncWait = 10 * time.Second
 
 var _ watch.Handler = (*Controller)(nil)
 
@@ -131,6 +141,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.sweepWait = defaultSweepWait
 	}
 	c := &Controller{
+		synced:    make(chan struct{}),
 		cfg:       cfg,
 		api:       api,
 		log:       log,
@@ -197,7 +208,9 @@ func (s *scope) EndList() {
 	}
 	if s.counted && !s.listed {
 		s.listed = true
-		c.unsynced.Add(-1)
+		if c.unsynced.Add(-1) == 0 {
+			c.syncedOnce.Do(func() { close(c.synced) })
+		}
 	}
 	c.mu.Unlock()
 	c.releaseAfterSync()
@@ -386,6 +399,13 @@ func (c *Controller) EnqueueAll() {
 }
 
 func (c *Controller) work(ctx context.Context) {
+	if c.unsynced.Load() > 0 {
+		select {
+		case <-c.synced:
+		case <-time.After(syncWait):
+		case <-ctx.Done():
+		}
+	}
 	for {
 		key, ok := c.queue.Get()
 		if !ok {

@@ -605,3 +605,19 @@ func TestAnnotatedNamespacesAreReported(t *testing.T) {
 	c.EndList()
 	assert.Equal(t, []string{"ns=true", "ns=false", "ns=true", "ns=false"}, calls, "missing from a relist")
 }
+
+// TestWorkersWaitForTheInitialLists ensures nothing is written while a
+// first list is still coming in (adoption records would slow it down), and
+// that the adoptions follow as soon as every list has ended.
+func TestWorkersWaitForTheInitialLists(t *testing.T) {
+	api := newFakeAPI(t)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+	scope := c.ForNamespace("ns")
+	start(t, c)
+	scope.BeginList()
+	scope.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{selector: ptr("app=webapp"), data: v1}.json(t)})
+	assert.Never(t, func() bool { return len(api.recordedHashes()) > 0 }, 200*time.Millisecond, 10*time.Millisecond, "written during the list")
+	scope.EndList()
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond, "adopted after the list")
+	assert.Equal(t, []string{hashOf(t, v1)}, api.recordedHashes())
+}
