@@ -143,7 +143,7 @@ launch() {
 	local name=$1 port cmd envs=() i
 	port=$(free_port)
 	rm -f "$work/$name.meter"
-	bt meter -upstream "$api" -addr-file "$work/$name.meter" &
+	"$work/benchtool" meter -upstream "$api" -addr-file "$work/$name.meter" & # not through bt: $! must be the meter itself, to stop it
 	METER[$name]=$!
 	for ((i = 0; i < 100; i++)); do [[ -s $work/$name.meter ]] && break; sleep 0.05; done
 	case $name in
