@@ -484,13 +484,28 @@ func TestNodeShutdownOrder(t *testing.T) {
 	startCapture(t, podLog, exec.Command(env.kubectl, "--kubeconfig="+env.kubeconfig, "get", "pod", p.Metadata.Name,
 		"-n", nodeNS, "--watch", "-o", "json"))
 	// Both streams are open once they show something: the watch its first state, the
-	// event stream an image tag made for the purpose.
-	probe := "cw-e2e.invalid/events-subscribed:" + randomSuffix()
-	ctr(t, "images", "tag", "registry.k8s.io/pause:3.10.2", probe)
-	t.Cleanup(func() { ctr(t, "images", "rm", probe) })
+	// event stream an image tag made for the purpose. A tag made before `ctr events`
+	// subscribed is never shown, so a new one is made every second until one is.
+	var probes []string
+	t.Cleanup(func() {
+		for _, probe := range probes {
+			ctr(t, "images", "rm", probe)
+		}
+	})
+	var tagged time.Time
 	eventually(t, waitTimeout, "ctr events and the pod watch streaming", func() (bool, string) {
 		ev, _ := os.ReadFile(eventsLog)
-		return strings.Contains(string(ev), "/images/create") && lastPodState(t, podLog).Metadata.UID == p.Metadata.UID, ""
+		shown, watching := strings.Contains(string(ev), "/images/create"), lastPodState(t, podLog).Metadata.UID == p.Metadata.UID
+		if shown && watching {
+			return true, ""
+		}
+		if time.Since(tagged) > time.Second {
+			probe := "cw-e2e.invalid/events-subscribed:" + randomSuffix()
+			ctr(t, "images", "tag", "registry.k8s.io/pause:3.10.2", probe)
+			probes = append(probes, probe)
+			tagged = time.Now()
+		}
+		return false, fmt.Sprintf("a tag shown by ctr events: %v (%d made); the pod watch streaming: %v", shown, len(probes), watching)
 	})
 
 	kubectl(t, "delete", "pod", p.Metadata.Name, "-n", nodeNS, "--wait=true", "--timeout=60s")
