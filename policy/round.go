@@ -151,8 +151,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	return resultRestarted, nil
 }
 
-// wrote reports whether the intent text is the round's own.
-func (r *round) wrote(text string) bool { return text == r.intent || text == r.writing }
+// wrote reports whether the intent text is the round's own: written, or
+// being written. An intent removed ("") is ours only before we wrote one.
+func (r *round) wrote(text string) bool {
+	return text == r.intent || (r.writing != "" && text == r.writing)
+}
 
 func (r *round) count(s podState) int {
 	n := 0

@@ -74,6 +74,12 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		assert.Equal(t, i2b.text, e.i.text)
 		assert.NotNil(t, e.round)
 	})
+	t.Run("OurIntentRemovedBySomeoneElseEndsTheRound", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"}, r: d1, i: i2, written: 9}
+		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
+		e.apply(configMap{uid: "u", version: 11, hash: d2, recorded: d1, selector: "a=b"})
+		assert.Nil(t, e.round, "an intent removed without a record is someone else's write")
+	})
 	t.Run("PeerRecordIsTaken", func(t *testing.T) {
 		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1}, r: d1}
 		e.apply(configMap{uid: "u", hash: d2, recorded: d2})
