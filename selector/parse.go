@@ -1,101 +1,57 @@
 package selector
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
-type tokenKind int
-
-const (
-	tokEOF tokenKind = iota
-	tokIdent
-	tokNot       // !
-	tokEquals    // = or ==
-	tokNotEquals // !=
-	tokComma
-	tokOpen  // (
-	tokClose // )
-	tokCompare
-)
+// tokenRE finds the tokens between blanks. Like the API server's lexer, an
+// identifier is any run of bytes that are neither blanks nor punctuation, so
+// '&', '?', '#' or '%' end up inside an identifier and the label rules
+// refuse them.
+var tokenRE = regexp.MustCompile(`[^ \t\n\r!=,()<>]+|!=|==|[!=,()<>]`)
 
 type token struct {
-	kind tokenKind
-	text string
+	text string // "" at the end of the selector
 	pos  int
 }
 
-// lexer splits a selector into tokens. Like the API server's lexer, an
-// identifier is any run of bytes that are neither blanks nor selector
-// punctuation, so characters such as '&', '?', '#' or '%' end up inside an
-// identifier and are then refused by the label rules.
-type lexer struct {
-	in  string
-	pos int
-}
+// ident reports whether t is a key, a value or a word operator (in, notin).
+func (t token) ident() bool { return t.text != "" && strings.IndexByte("!=,()<>", t.text[0]) < 0 }
 
-// punctuation, longest first so that "!=" and "==" win over "!" and "=".
-var punctuation = []struct {
-	text string
-	kind tokenKind
-}{
-	{"!=", tokNotEquals}, {"==", tokEquals}, {"!", tokNot}, {"=", tokEquals},
-	{",", tokComma}, {"(", tokOpen}, {")", tokClose}, {"<", tokCompare}, {">", tokCompare},
-}
-
-func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func (l *lexer) next() token {
-	for l.pos < len(l.in) && isBlank(l.in[l.pos]) {
-		l.pos++
+func (t token) String() string {
+	if t.text == "" {
+		return "end of selector"
 	}
-	start := l.pos
-	if l.pos >= len(l.in) {
-		return token{kind: tokEOF, pos: start}
-	}
-	for _, p := range punctuation {
-		if strings.HasPrefix(l.in[l.pos:], p.text) {
-			l.pos += len(p.text)
-			return token{kind: p.kind, text: p.text, pos: start}
-		}
-	}
-	for l.pos < len(l.in) && !isBlank(l.in[l.pos]) && strings.IndexByte("!=,()<>", l.in[l.pos]) < 0 {
-		l.pos++
-	}
-	return token{kind: tokIdent, text: l.in[start:l.pos], pos: start}
-}
-
-type parser struct {
-	lex    lexer
-	peeked *token
-}
-
-func (p *parser) peek() token {
-	if p.peeked == nil {
-		t := p.lex.next()
-		p.peeked = &t
-	}
-	return *p.peeked
-}
-
-func (p *parser) take() token {
-	t := p.peek()
-	p.peeked = nil
-	return t
+	return strconv.Quote(t.text)
 }
 
 func errAt(t token, format string, args ...any) error {
 	return &SyntaxError{Pos: t.pos, Reason: fmt.Sprintf(format, args...)}
 }
 
-func describe(t token) string {
-	if t.kind == tokEOF {
-		return "end of selector"
-	}
-	return fmt.Sprintf("%q", t.text)
+type parser struct {
+	toks []token // ends with the end-of-selector token
+	i    int
 }
 
-func (p *parser) parse() ([]Requirement, error) {
+func (p *parser) peek() token { return p.toks[p.i] }
+
+func (p *parser) next() token {
+	t := p.toks[p.i]
+	p.i = min(p.i+1, len(p.toks)-1)
+	return t
+}
+
+func parse(s string) ([]Requirement, error) {
+	p := parser{}
+	for _, m := range tokenRE.FindAllStringIndex(s, -1) {
+		p.toks = append(p.toks, token{s[m[0]:m[1]], m[0]})
+	}
+	p.toks = append(p.toks, token{"", len(s)})
 	var reqs []Requirement
 	for {
 		r, err := p.requirement()
@@ -103,214 +59,151 @@ func (p *parser) parse() ([]Requirement, error) {
 			return nil, err
 		}
 		reqs = append(reqs, r)
-		switch t := p.take(); t.kind {
-		case tokEOF:
+		switch t := p.next(); t.text {
+		case "":
 			return reqs, nil
-		case tokComma:
-			continue
+		case ",":
 		default:
-			return nil, errAt(t, "expected ',' or end of selector, found %s", describe(t))
+			return nil, errAt(t, "expected ',' or end of selector, found %s", t)
 		}
 	}
 }
 
 func (p *parser) requirement() (Requirement, error) {
-	t := p.take()
-	if t.kind == tokNot {
-		key, err := p.key()
-		if err != nil {
-			return Requirement{}, err
-		}
-		return Requirement{Key: key, Operator: DoesNotExist}, nil
+	if p.peek().text == "!" {
+		p.next()
+		key, err := p.word("label key", ValidateKey)
+		return Requirement{Key: key, Operator: DoesNotExist}, err
 	}
-	if t.kind != tokIdent {
-		return Requirement{}, errAt(t, "expected a label key, found %s", describe(t))
-	}
-	if err := validateKey(t); err != nil {
+	key, err := p.word("label key", ValidateKey)
+	if err != nil {
 		return Requirement{}, err
 	}
-	key := t.text
-	switch op := p.peek(); op.kind {
-	case tokEOF, tokComma:
-		return Requirement{Key: key, Operator: Exists}, nil
-	case tokEquals, tokNotEquals:
-		p.take()
-		v := p.peek()
-		value := ""
-		if v.kind == tokIdent {
-			p.take()
-			if err := validateValue(v); err != nil {
-				return Requirement{}, err
-			}
-			value = v.text
-		} else if v.kind != tokEOF && v.kind != tokComma {
-			return Requirement{}, errAt(v, "expected a label value, found %s", describe(v))
-		}
-		operator := Equals
-		if op.kind == tokNotEquals {
-			operator = NotEquals
-		}
-		return Requirement{Key: key, Operator: operator, Values: []string{value}}, nil
-	case tokIdent:
-		p.take()
-		var operator Operator
-		switch op.text {
-		case "in":
-			operator = In
-		case "notin":
-			operator = NotIn
-		default:
-			return Requirement{}, errAt(op, "expected an operator (=, ==, !=, in, notin), found %s", describe(op))
-		}
-		values, err := p.valueSet()
-		if err != nil {
-			return Requirement{}, err
-		}
-		return Requirement{Key: key, Operator: operator, Values: values}, nil
-	case tokCompare:
-		return Requirement{}, errAt(op, "numeric comparison %q is not supported", op.text)
-	default:
-		return Requirement{}, errAt(op, "expected an operator, found %s", describe(op))
+	r := Requirement{Key: key, Operator: Exists}
+	op := p.peek()
+	if op.text == "" || op.text == "," {
+		return r, nil
 	}
+	p.next()
+	switch op.text {
+	case "=", "==", "!=":
+		r.Operator, r.Values = Equals, []string{""} // "key=" selects the empty value
+		if op.text == "!=" {
+			r.Operator = NotEquals
+		}
+		if v := p.peek(); v.text != "" && v.text != "," {
+			r.Values[0], err = p.word("label value", validateName)
+		}
+	case "in", "notin":
+		r.Operator = Operator(op.text)
+		r.Values, err = p.valueSet()
+	case "<", ">":
+		err = errAt(op, "numeric comparison %q is not supported", op.text)
+	default:
+		err = errAt(op, "expected an operator (=, ==, !=, in, notin), found %s", op)
+	}
+	return r, err
 }
 
-func (p *parser) key() (string, error) {
-	t := p.take()
-	if t.kind != tokIdent {
-		return "", errAt(t, "expected a label key, found %s", describe(t))
+// word takes a key or a value and checks it with valid.
+func (p *parser) word(what string, valid func(string) error) (string, error) {
+	t := p.next()
+	if !t.ident() {
+		return "", errAt(t, "expected a %s, found %s", what, t)
 	}
-	if err := validateKey(t); err != nil {
-		return "", err
+	if err := valid(t.text); err != nil {
+		return "", errAt(t, "%s %q: %v", what, t.text, err)
 	}
 	return t.text, nil
 }
 
+// valueSet parses "(a,b,...)" and drops repeated values.
 func (p *parser) valueSet() ([]string, error) {
-	if t := p.take(); t.kind != tokOpen {
-		return nil, errAt(t, "expected '(' to open a value set, found %s", describe(t))
+	if t := p.next(); t.text != "(" {
+		return nil, errAt(t, "expected '(' to open a value set, found %s", t)
 	}
 	var values []string
+	seen := map[string]bool{}
 	for {
-		t := p.take()
-		switch t.kind {
-		case tokIdent:
-			if err := validateValue(t); err != nil {
-				return nil, err
-			}
-			values = append(values, t.text)
-		case tokComma, tokClose:
-			// "()", "(a,)", "(,)": an empty value in a set is refused, so
-			// that every accepted set renders to a form that parses again.
+		switch t := p.peek(); {
+		case t.text == "," || t.text == ")":
+			// "()", "(a,)", "(,)": refused, so that every accepted set
+			// renders to a form that parses again.
 			return nil, errAt(t, "empty value in a value set")
-		default:
-			return nil, errAt(t, "expected a value or ')', found %s", describe(t))
+		case !t.ident():
+			return nil, errAt(t, "expected a value or ')', found %s", t)
 		}
-		switch t := p.take(); t.kind {
-		case tokComma:
-			continue
-		case tokClose:
-			return dedupe(values), nil
-		default:
-			return nil, errAt(t, "expected ',' or ')' in a value set, found %s", describe(t))
+		v, err := p.word("label value", validateName)
+		if err != nil {
+			return nil, err
 		}
-	}
-}
-
-func dedupe(values []string) []string {
-	seen := make(map[string]bool, len(values))
-	out := values[:0]
-	for _, v := range values {
 		if !seen[v] {
 			seen[v] = true
-			out = append(out, v)
+			values = append(values, v)
+		}
+		switch t := p.next(); t.text {
+		case ")":
+			return values, nil
+		case ",":
+		default:
+			return nil, errAt(t, "expected ',' or ')' in a value set, found %s", t)
 		}
 	}
-	return out
 }
 
-func validateKey(t token) error {
-	if err := ValidateKey(t.text); err != nil {
-		return errAt(t, "label key %q: %v", t.text, err)
-	}
-	return nil
-}
+// The rules of k8s.io/apimachinery/pkg/util/validation.
+const dnsLabel = `[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?`
 
-// validateValue checks a label value (never empty in a token): a name of at
-// most 63 bytes, with the characters of a key's name part.
-func validateValue(t token) error {
-	if err := validateName(t.text); err != nil {
-		return errAt(t, "label value %q: %v", t.text, err)
-	}
-	return nil
-}
+var (
+	nameRE         = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	dnsLabelRE     = regexp.MustCompile(`^` + dnsLabel + `$`)
+	dnsSubdomainRE = regexp.MustCompile(`^` + dnsLabel + `(\.` + dnsLabel + `)*$`)
+)
 
 // ValidateKey checks a label (or annotation) key: an optional DNS-1123
-// subdomain prefix of at most 253 bytes and a '/', then a name of at most 63
-// bytes of alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
+// subdomain prefix and a '/', then a name as validateName wants it.
 func ValidateKey(key string) error {
-	name := key
-	if i := strings.IndexByte(key, '/'); i >= 0 {
-		prefix := key[:i]
-		name = key[i+1:]
-		if err := ValidateDNSSubdomain(prefix); err != nil {
-			return fmt.Errorf("prefix %v", err)
-		}
+	prefix, name, found := strings.Cut(key, "/")
+	if !found {
+		name = key
+	} else if err := ValidateDNSSubdomain(prefix); err != nil {
+		return fmt.Errorf("prefix %v", err)
 	}
 	if name == "" {
-		return fmt.Errorf("name part is empty")
+		return errors.New("name part is empty")
 	}
 	return validateName(name)
 }
 
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
-
+// validateName checks a key's name part or a label value (never empty here).
 func validateName(s string) error {
 	if len(s) > 63 {
-		return fmt.Errorf("longer than 63 characters")
+		return errors.New("longer than 63 characters")
 	}
-	if !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
-		return fmt.Errorf("must start and end with a letter or digit")
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isAlnum(c) && c != '-' && c != '_' && c != '.' {
-			return fmt.Errorf("character %q is not allowed (letters, digits, '-', '_', '.')", c)
-		}
+	if !nameRE.MatchString(s) {
+		return errors.New("must be letters, digits, '-', '_' or '.' (other characters are not allowed), and start and end with a letter or digit")
 	}
 	return nil
 }
 
-// ValidateDNSLabel checks a DNS-1123 label, such as a namespace name: 1 to 63
-// lowercase letters, digits and '-', starting and ending alphanumeric.
+// ValidateDNSLabel checks a DNS-1123 label, such as a namespace name.
 func ValidateDNSLabel(s string) error {
-	if s == "" || len(s) > 63 {
-		return fmt.Errorf("%q is not a DNS-1123 label (1 to 63 characters)", s)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		lowerAlnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !lowerAlnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return fmt.Errorf("%q is not a DNS-1123 label (lowercase letters, digits, '-')", s)
-		}
+	if !dnsLabelRE.MatchString(s) {
+		return fmt.Errorf("%q is not a DNS-1123 label (1 to 63 lowercase letters, digits and '-', starting and ending alphanumeric)", s)
 	}
 	return nil
 }
 
-// ValidateDNSSubdomain checks a DNS-1123 subdomain, such as a Lease name or a
-// key's prefix: DNS-1123 labels joined by '.', at most 253 bytes.
+// ValidateDNSSubdomain checks a DNS-1123 subdomain, such as a Lease name or
+// a key's prefix: DNS-1123 labels joined by '.', at most 253 bytes.
 func ValidateDNSSubdomain(s string) error {
-	if s == "" {
-		return fmt.Errorf("is empty")
-	}
-	if len(s) > 253 {
-		return fmt.Errorf("longer than 253 characters")
-	}
-	for _, label := range strings.Split(s, ".") {
-		if ValidateDNSLabel(label) != nil {
-			return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
-		}
+	switch {
+	case s == "":
+		return errors.New("is empty")
+	case len(s) > 253:
+		return errors.New("longer than 253 characters")
+	case !dnsSubdomainRE.MatchString(s):
+		return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
 	}
 	return nil
 }

@@ -61,8 +61,7 @@ func Parse(s string) (*Selector, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, ErrEmpty
 	}
-	p := parser{lex: lexer{in: s}}
-	reqs, err := p.parse()
+	reqs, err := parse(s)
 	if err != nil {
 		return nil, err
 	}
@@ -76,45 +75,32 @@ func Parse(s string) (*Selector, error) {
 // It is what the controller sends, so the server evaluates exactly what was
 // validated here.
 func (s *Selector) String() string {
-	var b strings.Builder
+	terms := make([]string, len(s.requirements))
 	for i, r := range s.requirements {
-		if i > 0 {
-			b.WriteByte(',')
-		}
 		switch r.Operator {
 		case Exists:
-			b.WriteString(r.Key)
+			terms[i] = r.Key
 		case DoesNotExist:
-			b.WriteString("!" + r.Key)
+			terms[i] = "!" + r.Key
 		case Equals, NotEquals:
-			b.WriteString(r.Key + string(r.Operator) + r.Values[0])
+			terms[i] = r.Key + string(r.Operator) + r.Values[0]
 		case In, NotIn:
-			b.WriteString(r.Key + " " + string(r.Operator) + " (" + strings.Join(r.Values, ",") + ")")
+			terms[i] = r.Key + " " + string(r.Operator) + " (" + strings.Join(r.Values, ",") + ")"
 		}
 	}
-	return b.String()
+	return strings.Join(terms, ",")
 }
 
-// Matches reports whether a pod with these labels is selected.
+// Matches reports whether a pod with these labels is selected. A negative
+// operator is its positive twin negated: as on the API server, a pod
+// without the key matches `!key`, `key!=v` and `key notin (...)`.
 func (s *Selector) Matches(labels map[string]string) bool {
 	for _, r := range s.requirements {
-		v, has := labels[r.Key]
-		var ok bool
-		switch r.Operator {
-		case Exists:
-			ok = has
-		case DoesNotExist:
-			ok = !has
-		case Equals:
-			ok = has && v == r.Values[0]
-		case NotEquals:
-			ok = !has || v != r.Values[0]
-		case In:
-			ok = has && slices.Contains(r.Values, v)
-		case NotIn:
-			ok = !has || !slices.Contains(r.Values, v)
+		v, found := labels[r.Key]
+		if r.Operator != Exists && r.Operator != DoesNotExist {
+			found = found && slices.Contains(r.Values, v)
 		}
-		if !ok {
+		if found != r.Operator.positive() {
 			return false
 		}
 	}
