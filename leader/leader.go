@@ -11,36 +11,20 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
-// API is the slice of the API client the elector needs.
-type API interface {
-	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
-	Create(ctx context.Context, path string, body []byte) ([]byte, error)
-	Update(ctx context.Context, path string, body []byte) ([]byte, error)
-}
-
-var _ API = (*apiclient.Client)(nil)
-
-// Config of an election.
+// Config of an election; the durations are LEASE_DURATION, RENEW_DEADLINE
+// and RETRY_PERIOD of docs/settings.md.
 type Config struct {
 	Namespace, Name string // the Lease
 	Identity        string // this replica (POD_NAME)
-	// LeaseDuration: how long standbys wait after the last renewal they saw
-	// before taking over (15 s).
-	LeaseDuration time.Duration
-	// RenewDeadline: how long the leader keeps acting without a successful
-	// renewal (10 s). Must be shorter than LeaseDuration.
-	RenewDeadline time.Duration
-	// RetryPeriod between attempts to acquire or renew (2 s).
-	RetryPeriod time.Duration
-	// Now is the clock (time.Now).
-	Now func() time.Time
+	LeaseDuration   time.Duration
+	RenewDeadline   time.Duration
+	RetryPeriod     time.Duration
 }
 
 // Validate checks the timing relations the safety argument relies on.
@@ -63,40 +47,31 @@ func (c Config) Validate() error {
 // Elector campaigns for the Lease and runs the leader's work while it holds it.
 type Elector struct {
 	cfg Config
-	api API
+	api *apiclient.Client
 	log *slog.Logger
 
-	// observed is the last Lease record seen and when (our clock) it last
-	// changed: expiry is judged from that, never from the holder's clock.
+	// The last Lease record seen and when (our clock) it last changed:
+	// expiry is judged from that, never from the holder's clock.
 	observed     record
 	observedTime time.Time
 
-	mu      sync.Mutex
-	leading bool
-	// validUntil is the instant until which our lease is surely ours: the
-	// send time of our last successful write plus RenewDeadline.
-	validUntil time.Time
+	mu         sync.Mutex
+	leading    bool
+	validUntil time.Time // our last successful write's send time + RenewDeadline
 	onChange   func(leading bool)
 }
 
 // New returns an elector. onChange, if not nil, is called with true when
 // leadership starts and false when it ends (for a metric).
-func New(cfg Config, api API, log *slog.Logger, onChange func(bool)) (*Elector, error) {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+func New(cfg Config, api *apiclient.Client, log *slog.Logger, onChange func(bool)) (*Elector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Elector{cfg: cfg, api: api, log: log.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity), onChange: onChange}, nil
 }
 
-// Leading reports whether this replica holds the lease now.
-func (e *Elector) Leading() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.leading && e.cfg.Now().Before(e.validUntil)
-}
+// Leading reports whether this replica surely holds the lease now.
+func (e *Elector) Leading() bool { return e.ValidFor() > 0 }
 
 // ValidFor is how much longer the lease is surely ours (zero if not leading).
 func (e *Elector) ValidFor() time.Duration {
@@ -105,7 +80,7 @@ func (e *Elector) ValidFor() time.Duration {
 	if !e.leading {
 		return 0
 	}
-	return max(e.validUntil.Sub(e.cfg.Now()), 0)
+	return max(e.validUntil.Sub(time.Now()), 0)
 }
 
 // Run campaigns until ctx is done. Each time it becomes leader it calls lead
@@ -175,7 +150,7 @@ func (e *Elector) renew(ctx context.Context) {
 			return
 		}
 		e.log.Warn("cannot renew lease", "err", rbacHint(err))
-		if !e.cfg.Now().Before(e.validUntilTime()) {
+		if !time.Now().Before(e.validUntilTime()) {
 			e.log.Error("lease not renewed within the renew deadline; stopping", "renew_deadline", e.cfg.RenewDeadline)
 			return
 		}
@@ -205,8 +180,7 @@ type record struct {
 	Transitions     int64  `json:"leaseTransitions"`
 }
 
-// lease is the Lease object as read and written; fields the election does
-// not know are not kept.
+// lease is the Lease as read and written; other fields are not kept.
 type lease struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -224,7 +198,7 @@ func (e *Elector) path() string {
 
 // tryAcquireOrRenew makes one attempt. It returns true if we hold the lease.
 func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
-	sent := e.cfg.Now()
+	sent := time.Now()
 	now := microTime(sent)
 	mine := record{Holder: e.cfg.Identity, DurationSeconds: int64(e.cfg.LeaseDuration / time.Second), AcquireTime: now, RenewTime: now}
 
@@ -241,13 +215,13 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	}
 	current := l.Spec
 	if current != e.observed {
-		e.observed, e.observedTime = current, e.cfg.Now()
+		e.observed, e.observedTime = current, time.Now()
 	}
 	duration := time.Duration(current.DurationSeconds) * time.Second
 	if duration <= 0 {
 		duration = e.cfg.LeaseDuration
 	}
-	if current.Holder != "" && current.Holder != e.cfg.Identity && e.cfg.Now().Before(e.observedTime.Add(duration)) {
+	if current.Holder != "" && current.Holder != e.cfg.Identity && time.Now().Before(e.observedTime.Add(duration)) {
 		return false, nil // held by another replica that renewed recently
 	}
 	if current.Holder == e.cfg.Identity {
@@ -264,9 +238,8 @@ func (e *Elector) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// held records a successful write sent at sent.
 func (e *Elector) held(sent time.Time, r record) {
-	e.observed, e.observedTime = r, e.cfg.Now()
+	e.observed, e.observedTime = r, time.Now()
 	e.mu.Lock()
 	e.validUntil = sent.Add(e.cfg.RenewDeadline)
 	e.mu.Unlock()
@@ -284,7 +257,7 @@ func (e *Elector) release() {
 	if l.Spec.Holder != e.cfg.Identity {
 		return
 	}
-	now := microTime(e.cfg.Now())
+	now := microTime(time.Now())
 	r := record{DurationSeconds: 1, AcquireTime: now, RenewTime: now, Transitions: l.Spec.Transitions}
 	if _, err := e.api.Update(ctx, e.path(), e.leaseJSON(r, l.Metadata.ResourceVersion)); err != nil {
 		e.log.Warn("cannot release lease", "err", err)
@@ -293,14 +266,13 @@ func (e *Elector) release() {
 	e.log.Info("released lease")
 }
 
-// get reads the Lease.
 func (e *Elector) get(ctx context.Context) (lease, error) {
 	var l lease
 	body, err := e.api.Get(ctx, e.path(), nil, "")
-	if err != nil {
-		return l, fmt.Errorf("get lease: %w", err)
+	if err == nil {
+		err = json.Unmarshal(body, &l)
 	}
-	if err := json.Unmarshal(body, &l); err != nil {
+	if err != nil {
 		return l, fmt.Errorf("get lease: %w", err)
 	}
 	return l, nil
@@ -324,12 +296,10 @@ func jitter(d time.Duration) time.Duration {
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	}
 }
