@@ -1,11 +1,9 @@
 // Package events reports what the controller did as core/v1 Events on the
-// objects concerned, so that `kubectl describe configmap` tells the story.
-//
-// Recording never blocks the caller: events go through a bounded buffer to
-// one sender, are rate-limited (a token bucket, plus one identical event per
-// object and reason per DedupeWindow), and are dropped, counted, when the
-// API is slow or the buffer is full. Messages are written by the
-// controller and never contain ConfigMap data.
+// objects concerned, so that `kubectl describe configmap` tells the story
+// (docs/operations.md#events). Recording never blocks the caller: events go
+// through a bounded buffer to one sender, are rate-limited, and are dropped,
+// counted, when the API is slow or the buffer is full. Messages are written
+// by the controller and never contain ConfigMap data.
 package events
 
 import (
@@ -31,25 +29,20 @@ type Object struct {
 	APIVersion, Kind, Namespace, Name, UID string
 }
 
-// API is the slice of the API client the recorder needs.
-type API interface {
-	Create(ctx context.Context, path string, body []byte) ([]byte, error)
-}
-
-var _ API = (*apiclient.Client)(nil)
+const (
+	component = "config-watcher" // source.component and reportingComponent
+	// An event identical to one recorded for the same object less than
+	// dedupeWindow ago is dropped.
+	dedupeWindow = 5 * time.Minute
+)
 
 // Config of a Recorder; zero values take the defaults noted.
 type Config struct {
-	Component string // source.component and reportingComponent ("config-watcher")
-	Instance  string // reportingInstance (POD_NAME)
-	// Burst and Every: a token bucket of Burst events refilled one per
-	// Every (25 and 5 s).
+	Instance string // reportingInstance (POD_NAME)
+	// A token bucket of Burst events refilled one per Every (25 and 5 s).
 	Burst int
 	Every time.Duration
-	// DedupeWindow drops an event identical to one sent for the same
-	// object less than this ago (5 min).
-	DedupeWindow time.Duration
-	Now          func() time.Time
+	Now   func() time.Time // time.Now
 }
 
 type event struct {
@@ -60,7 +53,7 @@ type event struct {
 // Recorder sends events.
 type Recorder struct {
 	cfg   Config
-	api   API
+	api   *apiclient.Client
 	log   *slog.Logger
 	queue chan event
 	sent  *metrics.CounterVec
@@ -72,18 +65,12 @@ type Recorder struct {
 }
 
 // New returns a recorder; Run sends what it records.
-func New(cfg Config, api API, log *slog.Logger, reg *metrics.Registry) *Recorder {
-	if cfg.Component == "" {
-		cfg.Component = "config-watcher"
-	}
+func New(cfg Config, api *apiclient.Client, log *slog.Logger, reg *metrics.Registry) *Recorder {
 	if cfg.Burst <= 0 {
 		cfg.Burst = 25
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = 5 * time.Second
-	}
-	if cfg.DedupeWindow <= 0 {
-		cfg.DedupeWindow = 5 * time.Minute
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -103,15 +90,14 @@ func (r *Recorder) Event(obj Object, typ, reason, message string) {
 	if r == nil {
 		return
 	}
-	if !r.allow(obj, reason, message) {
-		r.sent.Inc("dropped")
-		return
+	if r.allow(obj, reason, message) {
+		select {
+		case r.queue <- event{obj, typ, reason, message}:
+			return
+		default: // the buffer is full
+		}
 	}
-	select {
-	case r.queue <- event{obj, typ, reason, message}:
-	default:
-		r.sent.Inc("dropped")
-	}
+	r.sent.Inc("dropped")
 }
 
 // allow applies the dedupe window and the token bucket.
@@ -120,7 +106,7 @@ func (r *Recorder) allow(obj Object, reason, message string) bool {
 	defer r.mu.Unlock()
 	now := r.cfg.Now()
 	key := obj.UID + "\x00" + obj.Namespace + "/" + obj.Name + "\x00" + reason + "\x00" + message
-	if t, ok := r.seen[key]; ok && now.Sub(t) < r.cfg.DedupeWindow {
+	if t, ok := r.seen[key]; ok && now.Sub(t) < dedupeWindow {
 		return false
 	}
 	r.tokens = min(float64(r.cfg.Burst), r.tokens+now.Sub(r.last).Seconds()/r.cfg.Every.Seconds())
@@ -130,7 +116,7 @@ func (r *Recorder) allow(obj Object, reason, message string) bool {
 	}
 	r.tokens--
 	for k, t := range r.seen { // bounded by the bucket: at most a few hundred keys
-		if now.Sub(t) >= r.cfg.DedupeWindow {
+		if now.Sub(t) >= dedupeWindow {
 			delete(r.seen, k)
 		}
 	}
@@ -163,8 +149,8 @@ func (r *Recorder) send(ctx context.Context, ev event) {
 		"type":               ev.typ,
 		"reason":             ev.reason,
 		"message":            ev.message,
-		"source":             map[string]any{"component": r.cfg.Component},
-		"reportingComponent": r.cfg.Component,
+		"source":             map[string]any{"component": component},
+		"reportingComponent": component,
 		"reportingInstance":  r.cfg.Instance,
 		"firstTimestamp":     now.Format(time.RFC3339),
 		"lastTimestamp":      now.Format(time.RFC3339),
