@@ -1,14 +1,10 @@
 // Package memlimit sets the Go runtime's soft memory limit (GOMEMLIMIT) from
-// the container's memory limit, so that the garbage collector works harder as
-// the heap nears the limit instead of letting the kernel OOM-kill the
-// process. Without it the runtime only knows GOGC, which lets the heap grow
-// to twice the live data before collecting: a burst of garbage (a relist of
-// large ConfigMaps) can then cross a limit the live data never comes near.
-//
-// The limit is read from the process's own memory cgroup and its ancestors
-// (the smallest wins): memory.max on the unified hierarchy (cgroup v2),
-// memory.limit_in_bytes on the v1 memory controller. GOMEMLIMIT set in the
-// environment is left to the runtime, which has already applied it.
+// the container's memory limit, so that the garbage collector works harder
+// near the limit instead of letting a burst of garbage (a relist of large
+// ConfigMaps) get the process OOM-killed; docs/memory.md says more. The
+// limit is the smallest of the process's memory cgroup and its ancestors:
+// memory.max on cgroup v2, memory.limit_in_bytes on the v1 memory
+// controller. GOMEMLIMIT set in the environment wins.
 package memlimit
 
 import (
@@ -19,6 +15,7 @@ import (
 	"math"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,12 +31,6 @@ const noLimit = math.MaxInt64 / 2
 
 // ErrNoLimit: the process runs in no memory cgroup with a limit.
 var ErrNoLimit = errors.New("no cgroup memory limit")
-
-// Mount points tried for each hierarchy, relative to the root of fsys.
-var (
-	v2Mounts = []string{"sys/fs/cgroup", "sys/fs/cgroup/unified"}
-	v1Mounts = []string{"sys/fs/cgroup/memory"}
-)
 
 // ContainerLimit returns the memory limit in bytes of the cgroup the process
 // runs in, read from fsys (the root file system, os.DirFS("/")), and the file
@@ -66,8 +57,8 @@ func ContainerLimit(fsys fs.FS) (int64, string, error) {
 			}
 		}
 	}
-	consider(v2Mounts, v2Path, "memory.max")
-	consider(v1Mounts, v1Path, "memory.limit_in_bytes")
+	consider([]string{"sys/fs/cgroup", "sys/fs/cgroup/unified"}, v2Path, "memory.max")
+	consider([]string{"sys/fs/cgroup/memory"}, v1Path, "memory.limit_in_bytes")
 	if from == "" {
 		return 0, "", ErrNoLimit
 	}
@@ -95,7 +86,7 @@ func ownCgroups(fsys fs.FS) (v1, v2 string, err error) {
 		switch {
 		case id == "0" && controllers == "":
 			v2 = p
-		case containsWord(controllers, "memory"):
+		case slices.Contains(strings.Split(controllers, ","), "memory"):
 			v1 = p
 		}
 	}
@@ -103,15 +94,6 @@ func ownCgroups(fsys fs.FS) (v1, v2 string, err error) {
 		return "", "", fmt.Errorf("read own cgroup: %w", err)
 	}
 	return v1, v2, nil
-}
-
-func containsWord(list, word string) bool {
-	for w := range strings.SplitSeq(list, ",") {
-		if w == word {
-			return true
-		}
-	}
-	return false
 }
 
 // readLimit reads one limit file: a number of bytes, or "max" (v2) or a huge
@@ -134,14 +116,10 @@ func readLimit(fsys fs.FS, p string) (int64, bool) {
 
 // Result says what Set did, for the start-up log.
 type Result struct {
-	// Limit is the soft memory limit in force, 0 when none was set.
-	Limit int64
-	// Container is the container's limit it was derived from, and Source
-	// the file that said so.
-	Container int64
-	Source    string
-	// FromEnv: GOMEMLIMIT was set in the environment and was left alone.
-	FromEnv bool
+	Limit     int64  // the soft memory limit in force, 0 when none was set
+	Container int64  // the container's limit it was derived from
+	Source    string // the file Container was read from
+	FromEnv   bool   // GOMEMLIMIT was set in the environment and left alone
 }
 
 // Set applies Fraction of the container's memory limit as the runtime's
