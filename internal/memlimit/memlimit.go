@@ -8,7 +8,6 @@
 package memlimit
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,19 +67,14 @@ func ContainerLimit(fsys fs.FS) (int64, string, error) {
 // ownCgroups reads the process's memory cgroup on each hierarchy from
 // /proc/self/cgroup: "0::/path" (v2), "N:...memory...:/path" (v1).
 func ownCgroups(fsys fs.FS) (v1, v2 string, err error) {
-	f, err := fsys.Open("proc/self/cgroup")
+	b, err := fs.ReadFile(fsys, "proc/self/cgroup")
 	if err != nil {
 		return "", "", fmt.Errorf("read own cgroup: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		id, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		controllers, p, ok := strings.Cut(rest, ":")
-		if !ok || !strings.HasPrefix(p, "/") {
+	for line := range strings.Lines(string(b)) {
+		id, rest, _ := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		controllers, p, _ := strings.Cut(rest, ":")
+		if !strings.HasPrefix(p, "/") {
 			continue
 		}
 		switch {
@@ -89,9 +83,6 @@ func ownCgroups(fsys fs.FS) (v1, v2 string, err error) {
 		case slices.Contains(strings.Split(controllers, ","), "memory"):
 			v1 = p
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", fmt.Errorf("read own cgroup: %w", err)
 	}
 	return v1, v2, nil
 }
@@ -103,15 +94,8 @@ func readLimit(fsys fs.FS, p string) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	s := strings.TrimSpace(string(b))
-	if s == "max" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n >= noLimit {
-		return 0, false
-	}
-	return n, true
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil && n > 0 && n < noLimit
 }
 
 // Result says what Set did, for the start-up log.
