@@ -1,14 +1,11 @@
 // Package selector parses and validates Kubernetes label selectors locally,
-// before any of them reaches the API server.
-//
-// The controller deletes every pod a selector matches, so validation is
-// stricter than the server's: besides the grammar and the label rules it
-// refuses selectors that would match almost every pod (empty, or made only
-// of negative terms). The set-based grammar is the one of
-// k8s.io/apimachinery/pkg/labels: comma-separated requirements, each one of
-// `key`, `!key`, `key=v`, `key==v`, `key!=v`, `key in (a,b)`,
-// `key notin (a,b)`. The numeric `key>n` and `key<n` forms are refused:
-// no pod-restart selector needs them.
+// before any of them reaches the API server. The grammar is the set-based
+// one of k8s.io/apimachinery/pkg/labels: comma-separated `key`, `!key`,
+// `key=v`, `key==v`, `key!=v`, `key in (a,b)`, `key notin (a,b)`; the
+// numeric `key>n` and `key<n` are refused (no pod-restart selector needs
+// them). The controller deletes every pod a selector matches, so selectors
+// that would match almost every pod (empty, or only negative terms) are
+// refused too.
 package selector
 
 import (
@@ -45,16 +42,13 @@ type Requirement struct {
 
 // Selector is a validated selector: a conjunction of requirements with at
 // least one positive requirement.
-type Selector struct {
-	requirements []Requirement
-}
+type Selector struct{ requirements []Requirement }
 
-// ErrEmpty is returned for an empty or blank selector, which matches every pod.
-var ErrEmpty = errors.New("selector is empty: it would match every pod")
-
-// ErrNoPositiveRequirement is returned for selectors made only of `!key`,
-// `!=` and `notin` terms: they match nearly every pod in the namespace.
-var ErrNoPositiveRequirement = errors.New("selector has no positive requirement (key, key=value or key in (...)): it would match almost every pod")
+// The errors for selectors refused for their breadth.
+var (
+	ErrEmpty                 = errors.New("selector is empty: it would match every pod")
+	ErrNoPositiveRequirement = errors.New("selector has no positive requirement (key, key=value or key in (...)): it would match almost every pod")
+)
 
 // Parse parses and validates s. The error says what is wrong and where.
 func Parse(s string) (*Selector, error) {
