@@ -42,7 +42,7 @@ func (p *parser) peek() token { return p.toks[p.i] }
 
 func (p *parser) next() token {
 	t := p.toks[p.i]
-	p.i = min(p.i+1, len(p.toks)-1)
+	p.i = min(p.i+1, len(p.toks)-1) // stays on the end-of-selector token
 	return t
 }
 
