@@ -46,20 +46,20 @@ type Config struct {
 	Path         string // of the collection, e.g. /api/v1/namespaces/default/configmaps
 	Kind         string // expected kind; objects of another are logged and skipped. Empty: any
 	MetadataOnly bool   // ask for each object's metadata alone (PartialObjectMetadata)
-	PageSize     int    // of a paged list [500]; items are decoded one at a time, so not a memory bound
+	PageSize     int    // of a paged list [500]; it bounds requests, not memory
+
 	// WatchList streams the initial state on the watch (sendInitialEvents). A
 	// server that refuses or does not honour it turns it off for good: the
 	// loop then lists page by page.
-	WatchList bool
-	// InitialEventsTimeout is the longest silence tolerated before the
-	// initial-events-end bookmark of a WatchList [30 s].
-	InitialEventsTimeout time.Duration
+	WatchList            bool
+	InitialEventsTimeout time.Duration // longest silence before a WatchList's initial-events-end bookmark [30 s]
+
 	// Bounds of each watch's timeoutSeconds, chosen at random to spread the
 	// reconnections of many controllers [300 s, twice the minimum].
 	MinWatchTimeout, MaxWatchTimeout time.Duration
-	NewBackOff                       func() backoff.BackOff // retry policy [DefaultBackOff]
-	// ReadyGrace: still ready this long after the last open watch, while reconnecting [60 s].
-	ReadyGrace time.Duration
+
+	NewBackOff func() backoff.BackOff               // retry policy [DefaultBackOff]
+	ReadyGrace time.Duration                        // still ready this long after the last open watch, while it reconnects [60 s]
 	Now        func() time.Time                     // [time.Now]
 	After      func(time.Duration) <-chan time.Time // waits between retries [time.After]
 }
@@ -139,10 +139,8 @@ func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *M
 // Ready reports that the initial list is done and a watch is open, or was
 // open less than ReadyGrace ago and is being resumed.
 func (lw *ListWatcher) Ready() bool {
-	if !lw.listed.Load() {
-		return false
-	}
-	return lw.watching.Load() || lw.cfg.Now().Sub(time.Unix(0, lw.lastHealthy.Load())) < lw.cfg.ReadyGrace
+	sinceHealthy := lw.cfg.Now().Sub(time.Unix(0, lw.lastHealthy.Load()))
+	return lw.listed.Load() && (lw.watching.Load() || sinceHealthy < lw.cfg.ReadyGrace)
 }
 
 // Watching reports that a watch stream is open now. Unlike Ready it has no
@@ -153,10 +151,6 @@ func (lw *ListWatcher) Watching() bool { return lw.listed.Load() && lw.watching.
 func (lw *ListWatcher) Alive() bool { return lw.running.Load() }
 
 func (lw *ListWatcher) markHealthy() { lw.lastHealthy.Store(lw.cfg.Now().UnixNano()) }
-
-// ResourceVersion returns the last resourceVersion seen. For tests and
-// diagnostics; call it only when Run is not running.
-func (lw *ListWatcher) ResourceVersion() string { return lw.rv }
 
 // Run lists and watches until ctx is done. It never gives up on errors: it
 // logs them and retries with backoff. It returns ctx's error.
