@@ -377,7 +377,7 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 				return events, timeout, st
 			}
 			return events, timeout, &apiclient.StatusError{Code: 500, Message: "ERROR event without a Status object"}
-		case ev.Type == Bookmark && initial && gjson.GetBytes(ev.Object, "metadata.annotations."+gjson.Escape(initialEventsEnd)).String() == "true":
+		case ev.Type == Bookmark && initial && isInitialEventsEnd(ev.Object):
 			stall.Stop()
 			initial = false
 			lw.endList(ev.ResourceVersion)
@@ -401,6 +401,10 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 		}
 		events++
 	}
+}
+
+func isInitialEventsEnd(object []byte) bool {
+	return gjson.GetBytes(object, "metadata.annotations."+gjson.Escape(initialEventsEnd)).String() == "true"
 }
 
 // Metrics of the loop.
