@@ -1,10 +1,8 @@
-// Package apiclient is a minimal HTTP client for the Kubernetes API, meant to
-// talk to an ambassador (kubectl proxy) that handles authentication and TLS.
-//
-// It knows HTTP, paths and the API's Status object, and nothing of
-// ConfigMaps, selectors or deletion policy. Its dependency budget is the
-// standard library plus gjson. Every request goes through newRequest; every
-// non-2xx answer becomes a *StatusError filled from the Status body.
+// Package apiclient is a minimal HTTP client for the Kubernetes API behind an
+// ambassador (kubectl proxy) that adds TLS and the token. It knows HTTP, paths
+// and the API's Status object, nothing of ConfigMaps or deletion policy.
+// Every request is built by newRequest; every non-2xx answer becomes a
+// *StatusError.
 package apiclient
 
 import (
@@ -19,22 +17,20 @@ import (
 	"time"
 )
 
-// Content types the API server understands for the request bodies we send.
 const (
 	contentJSON       = "application/json"
 	contentMergePatch = "application/merge-patch+json"
+	// maxResponseBytes bounds a unary answer: a page of 500 ConfigMaps of
+	// 1 MiB each is the worst legitimate case.
+	maxResponseBytes = 1 << 30
 )
-
-// maxResponseBytes bounds what a unary request reads into memory. A page of
-// 500 ConfigMaps of 1 MiB each is the worst legitimate case we list.
-const maxResponseBytes = 1 << 30
 
 // Client sends requests to one API server base URL.
 type Client struct {
 	base      *url.URL
 	http      *http.Client
 	userAgent string
-	// RequestTimeout bounds every non-streaming request.
+	// RequestTimeout bounds every request but a Stream, body included.
 	RequestTimeout time.Duration
 }
 
@@ -50,9 +46,7 @@ func New(baseURL, userAgent string) (*Client, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("base URL %q: no host", baseURL)
 	}
-	// Unary requests are bounded by RequestTimeout through their context;
-	// streams by the caller's context and the server's timeoutSeconds, so
-	// the client itself has no Timeout.
+	// No client Timeout: it would end streams too (see RequestTimeout).
 	transport := &http.Transport{
 		Proxy:                 nil, // the ambassador is the proxy; never route it through HTTP_PROXY
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -61,12 +55,7 @@ func New(baseURL, userAgent string) (*Client, error) {
 		ResponseHeaderTimeout: 30 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 	}
-	return &Client{
-		base:           u,
-		http:           &http.Client{Transport: transport},
-		userAgent:      userAgent,
-		RequestTimeout: 30 * time.Second,
-	}, nil
+	return &Client{base: u, http: &http.Client{Transport: transport}, userAgent: userAgent, RequestTimeout: 30 * time.Second}, nil
 }
 
 // Get reads path and returns the whole response body.
@@ -74,43 +63,16 @@ func (c *Client) Get(ctx context.Context, path string, query url.Values, accept 
 	return c.do(ctx, http.MethodGet, path, query, accept, "", nil)
 }
 
-// GetBody reads path and returns the response body as a stream, for
-// answers too large to hold at once (a list page): the caller decodes it as
-// it arrives and closes it. RequestTimeout bounds the whole read, body
-// included, as it does for Get.
+// GetBody reads path and returns the response body as it arrives, for answers
+// too large to hold at once (a list page). The caller closes it.
 func (c *Client) GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	cancel := context.CancelFunc(func() {})
-	if c.RequestTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
-	}
-	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("GET %s: %w", path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		defer cancel()
-		defer resp.Body.Close()
-		return nil, statusFromResponse(resp)
-	}
-	return &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}, nil
+	return c.open(ctx, false, http.MethodGet, path, query, accept, "", nil)
 }
 
-// cancelOnClose releases a request's timeout with its body.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+// Stream opens a long-running GET (a watch), which only ctx ends, and returns
+// its body once the server has answered 2xx. The caller closes it.
+func (c *Client) Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
+	return c.open(ctx, true, http.MethodGet, path, query, accept, "", nil)
 }
 
 // Delete deletes the object at path; body is a DeleteOptions document or nil.
@@ -134,55 +96,58 @@ func (c *Client) MergePatch(ctx context.Context, path string, patch []byte) ([]b
 	return c.do(ctx, http.MethodPatch, path, nil, contentJSON, contentMergePatch, patch)
 }
 
-// Stream opens a long-running GET (a watch) and returns its body once the
-// server has answered 2xx. The caller closes it; cancelling ctx ends it.
-func (c *Client) Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	if accept == "" {
-		accept = contentJSON
-	}
-	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
-	if err != nil {
-		return nil, err
-	}
-	// kube-apiserver gzips a watch that starts with the current state
-	// (sendInitialEvents, or no resourceVersion) when the client accepts it,
-	// and the compressor then holds later events back; events must arrive
-	// as they happen, one line at a time.
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		return nil, statusFromResponse(resp)
-	}
-	return resp.Body, nil
-}
-
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, accept, contentType string, body []byte) ([]byte, error) {
-	if c.RequestTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
-		defer cancel()
-	}
-	req, err := c.newRequest(ctx, method, path, query, accept, contentType, body)
+	answer, err := c.open(ctx, false, method, path, query, accept, contentType, body)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return nil, statusFromResponse(resp)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	defer answer.Close()
+	data, err := io.ReadAll(io.LimitReader(answer, maxResponseBytes))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: read body: %w", method, path, err)
 	}
 	return data, nil
+}
+
+// open sends a request and returns the body of a 2xx answer, which the
+// caller closes. RequestTimeout bounds it until then, unless it is a stream.
+func (c *Client) open(ctx context.Context, stream bool, method, path string, query url.Values, accept, contentType string, body []byte) (io.ReadCloser, error) {
+	cancel := context.CancelFunc(func() {})
+	if !stream && c.RequestTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
+	}
+	req, err := c.newRequest(ctx, method, path, query, accept, contentType, body)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if stream {
+		// kube-apiserver gzips a watch that starts with the current state, and
+		// the compressor then holds later events back (docs/memory.md).
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, statusFromResponse(resp)
+	}
+	return &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}, nil
+}
+
+// cancelOnClose releases a request's timeout with its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	defer b.cancel()
+	return b.ReadCloser.Close()
 }
 
 // newRequest is the one place requests are built: base URL, path, query
@@ -191,8 +156,8 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	if !strings.HasPrefix(path, "/") {
 		return nil, fmt.Errorf("create request: path %q is not absolute", path)
 	}
-	// path arrives escaped (see CorePath); keep both forms so url.URL
-	// writes exactly the escaping we chose.
+	// path arrives escaped (see CorePath); set both forms so that url.URL
+	// writes exactly that escaping.
 	u := *c.base
 	u.RawPath = strings.TrimSuffix(c.base.EscapedPath(), "/") + path
 	unescaped, err := url.PathUnescape(u.RawPath)
@@ -226,35 +191,29 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // object when name is not empty. Segments are escaped so a name can never
 // change the path's shape.
 func CorePath(namespace, resource, name string) string {
-	p := "/api/v1/namespaces/" + segment(namespace) + "/" + segment(resource)
-	if name != "" {
-		p += "/" + segment(name)
-	}
-	return p
+	return withName("/api/v1/namespaces/"+segment(namespace)+"/"+segment(resource), name)
 }
 
-// CoreClusterPath is the path of a core/v1 resource across all namespaces,
-// e.g. for one cluster-wide watch.
+// CoreClusterPath is the path of a core/v1 resource across all namespaces.
 func CoreClusterPath(resource string) string { return "/api/v1/" + segment(resource) }
 
-// GroupPath is the path of a resource of an API group in a namespace, or of
-// one named object when name is not empty.
+// GroupPath is CorePath for a resource of an API group.
 func GroupPath(group, version, namespace, resource, name string) string {
-	p := "/apis/" + segment(group) + "/" + segment(version) + "/namespaces/" + segment(namespace) + "/" + segment(resource)
-	if name != "" {
-		p += "/" + segment(name)
+	return withName("/apis/"+segment(group)+"/"+segment(version)+"/namespaces/"+segment(namespace)+"/"+segment(resource), name)
+}
+
+func withName(collection, name string) string {
+	if name == "" {
+		return collection
 	}
-	return p
+	return collection + "/" + segment(name)
 }
 
 // segment escapes one path segment, including "." and "..", which
 // url.PathEscape leaves alone and which would otherwise climb the path.
 func segment(s string) string {
-	switch s {
-	case ".":
-		return "%2E"
-	case "..":
-		return "%2E%2E"
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
 	}
 	return url.PathEscape(s)
 }

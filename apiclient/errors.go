@@ -1,6 +1,7 @@
 package apiclient
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -12,26 +13,21 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// StatusError is a non-2xx answer of the API server, filled from its Status
-// body when there is one (kubectl proxy and load balancers sometimes answer
-// with plain text; then Reason is empty and Message holds the text).
+// StatusError is a non-2xx answer, filled from its Status body when there is
+// one (kubectl proxy and load balancers sometimes answer with plain text: then
+// Reason is empty and Message holds the text).
 type StatusError struct {
-	Code    int
-	Reason  string // e.g. "NotFound", "Expired", "Conflict"
-	Message string
-	// RetryAfter is the server's hint (Retry-After header or
-	// details.retryAfterSeconds); zero when it gave none.
-	RetryAfter time.Duration
+	Code       int
+	Reason     string // e.g. "NotFound", "Expired", "Conflict"
+	Message    string
+	RetryAfter time.Duration // the server's hint (Retry-After, details.retryAfterSeconds); zero if none
 }
 
 func (e *StatusError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("%d %s: %s", e.Code, e.Reason, e.Message)
-	}
-	return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
+	return fmt.Sprintf("%d %s: %s", e.Code, cmp.Or(e.Reason, http.StatusText(e.Code)), e.Message)
 }
 
-// maxStatusBody bounds how much of an error body we read: a Status is small,
+// maxStatusBody bounds how much of an error body is read: a Status is small,
 // and an HTML error page from something in the middle should not be kept.
 const maxStatusBody = 64 << 10
 
@@ -48,8 +44,8 @@ func statusFromResponse(resp *http.Response) *StatusError {
 	return e
 }
 
-// StatusFromJSON reads a metav1.Status object (as found in an error body or in
-// the object of a watch ERROR event). It returns nil when raw is not a Status.
+// StatusFromJSON reads a metav1.Status object (an error body, or the object of
+// a watch ERROR event). It returns nil when raw is not a Status.
 func StatusFromJSON(raw []byte) *StatusError {
 	if !gjson.ValidBytes(raw) {
 		return nil
@@ -58,28 +54,20 @@ func StatusFromJSON(raw []byte) *StatusError {
 	if st.Get("kind").String() != "Status" && !st.Get("code").Exists() {
 		return nil
 	}
-	e := &StatusError{
-		Code:    int(st.Get("code").Int()),
-		Reason:  st.Get("reason").String(),
-		Message: truncate(st.Get("message").String(), 1024),
-	}
+	e := &StatusError{Code: int(st.Get("code").Int()), Reason: st.Get("reason").String(), Message: truncate(st.Get("message").String(), 1024)}
 	if s := st.Get("details.retryAfterSeconds").Int(); s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	return e
 }
 
+// parseRetryAfter reads a Retry-After header: seconds or an HTTP date.
 func parseRetryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
 	if s, err := strconv.Atoi(v); err == nil && s > 0 {
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
+		return max(time.Until(t), 0)
 	}
 	return 0
 }
@@ -91,48 +79,40 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func asStatus(err error) (*StatusError, bool) {
-	var se *StatusError
-	ok := errors.As(err, &se)
-	return se, ok
-}
-
 // IsNotFound: the object does not exist (any more).
 func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
 
 // IsConflict: a precondition (uid, resourceVersion) did not hold.
 func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
 
-// IsInvalid: the server refused the content (422), e.g. a change to an
-// immutable field such as a uid that no longer matches.
+// IsInvalid: the server refused the content (422), e.g. an immutable field.
 func IsInvalid(err error) bool { return hasCode(err, http.StatusUnprocessableEntity) }
 
 // IsBadRequest: the server did not understand the request (400), e.g. a
 // query parameter an older server does not know.
 func IsBadRequest(err error) bool { return hasCode(err, http.StatusBadRequest) }
 
-// IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not
-// allow now.
+// IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not allow now.
 func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }
 
 // IsForbidden: RBAC refused the request.
 func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }
 
-// IsGone reports that a resourceVersion or continue token is older than the
-// server's history: retrying it can never succeed; list again instead.
+// IsGone: a resourceVersion or continue token is older than the server's
+// history; retrying it can never succeed, list again instead.
 func IsGone(err error) bool {
-	se, ok := asStatus(err)
+	se, ok := errors.AsType[*StatusError](err)
 	return ok && (se.Code == http.StatusGone || se.Reason == "Expired" || se.Reason == "Gone")
 }
 
 func hasCode(err error, code int) bool {
-	se, ok := asStatus(err)
+	se, ok := errors.AsType[*StatusError](err)
 	return ok && se.Code == code
 }
 
 // RetryAfter returns the server's requested delay carried by err, or zero.
 func RetryAfter(err error) time.Duration {
-	if se, ok := asStatus(err); ok {
+	if se, ok := errors.AsType[*StatusError](err); ok {
 		return se.RetryAfter
 	}
 	return 0

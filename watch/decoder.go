@@ -27,22 +27,10 @@ const (
 	Synced EventType = "SYNCED"
 )
 
-func parseType(s string) (EventType, bool) {
-	// Return the constant, never EventType(s): s is a view of the decoder's
-	// line buffer, which the next line overwrites.
-	switch EventType(s) {
-	case Added:
-		return Added, true
-	case Modified:
-		return Modified, true
-	case Deleted:
-		return Deleted, true
-	case Bookmark:
-		return Bookmark, true
-	case Error:
-		return Error, true
-	}
-	return "", false
+// streamTypes are the types a watch stream may send. Looking a type up here
+// yields the constant, not a view of the decoder's buffer.
+var streamTypes = map[string]EventType{
+	string(Added): Added, string(Modified): Modified, string(Deleted): Deleted, string(Bookmark): Bookmark, string(Error): Error,
 }
 
 // Event is one object of a watch stream or of a list.
@@ -50,14 +38,13 @@ type Event struct {
 	Type EventType
 	// Object is the raw JSON of the object. It aliases the decoder's buffer
 	// and is valid only until the next call to Next: copy what you keep.
-	Object []byte
-	// ResourceVersion of the object (empty for ERROR events).
-	ResourceVersion string
+	Object          []byte
+	ResourceVersion string // empty for ERROR events
 }
 
-// MalformedError is a line that could not be understood. The stream is still
-// usable: the caller logs it and reads on. It never carries the object, which
-// may hold ConfigMap data; at most 40 bytes of an unknown event type.
+// MalformedError is a line that could not be understood; the stream can be
+// read on. It never carries the object, which may hold ConfigMap data: at
+// most 40 bytes of an unknown event type.
 type MalformedError struct {
 	Reason string
 	Length int
@@ -67,31 +54,26 @@ func (e *MalformedError) Error() string {
 	return fmt.Sprintf("malformed watch event (%d bytes): %s", e.Length, e.Reason)
 }
 
-// Decoder reads a watch stream: one JSON event per line. It yields one event
-// or an error and never retries; reconnecting is ListWatcher's job.
-//
-// Lines have no size limit below maxLine: a ConfigMap holds up to 1 MiB,
-// several times that once JSON-escaped (bufio.Scanner's 64 KiB default
-// would fail on them).
+// Decoder reads a watch stream, one JSON event per line of any size up to
+// maxLine (a ConfigMap holds up to 1 MiB, several times that once escaped).
+// It yields one event or an error and never retries: reconnecting is
+// ListWatcher's job.
 type Decoder struct {
 	r    *bufio.Reader
 	line []byte
 }
 
 const (
-	readBufferSize = 64 << 10
-	// maxLine is far above anything the API server can send for one object
-	// (its request limit is 3 MiB; escaping at most sextuples it).
+	// maxLine is far above one object of the API server (its request limit
+	// is 3 MiB; escaping at most sextuples it).
 	maxLine = 64 << 20
-	// keepLine is the largest line buffer kept between events; a larger one,
-	// grown for a rare huge object, is released so it is not held for days.
+	// keepLine is the largest line buffer kept between events: one grown for
+	// a rare huge object is not held for days.
 	keepLine = 4 << 20
 )
 
 // NewDecoder reads events from r.
-func NewDecoder(r io.Reader) *Decoder {
-	return &Decoder{r: bufio.NewReaderSize(r, readBufferSize)}
-}
+func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
 
 // Next returns the next event. At a clean end of stream it returns io.EOF; a
 // line cut off by the end of the stream is io.ErrUnexpectedEOF, a disconnect
@@ -103,10 +85,9 @@ func (d *Decoder) Next() (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue // tolerate blank lines, as encoding/json would
+		if len(bytes.TrimSpace(line)) > 0 { // blank lines are skipped, as encoding/json would
+			return decodeLine(line)
 		}
-		return decodeLine(line)
 	}
 }
 
@@ -119,32 +100,27 @@ func (d *Decoder) readLine() ([]byte, error) {
 	for {
 		chunk, err := d.r.ReadSlice('\n')
 		if err == nil && len(d.line) == 0 && !tooLong {
-			// The whole line is in the reader's buffer, which stays put
-			// until the next read, as long as an event may be used.
+			// The whole line is in the reader's buffer, which stays put until
+			// the next read: no copy.
 			return chunk, nil
 		}
-		if !tooLong {
-			if len(d.line)+len(chunk) > maxLine {
-				tooLong = true
-				d.line = d.line[:0]
-			} else {
-				d.line = append(d.line, chunk...)
-			}
+		tooLong = tooLong || len(d.line)+len(chunk) > maxLine
+		if tooLong {
+			d.line = d.line[:0]
+		} else {
+			d.line = append(d.line, chunk...)
 		}
 		switch {
-		case err == nil:
-			if tooLong {
-				return nil, &MalformedError{Reason: fmt.Sprintf("line longer than %d bytes", maxLine), Length: maxLine}
-			}
-			return d.line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
-			continue
+		case err == nil && tooLong:
+			return nil, &MalformedError{Reason: fmt.Sprintf("line longer than %d bytes", maxLine), Length: maxLine}
+		case err == nil:
+			return d.line, nil
+		case errors.Is(err, io.EOF) && !tooLong && len(bytes.TrimSpace(d.line)) == 0:
+			return nil, io.EOF
 		case errors.Is(err, io.EOF):
-			if !tooLong && len(bytes.TrimSpace(d.line)) == 0 {
-				return nil, io.EOF
-			}
-			// The server ends every event with a newline: anything after the
-			// last one is an event cut off by a disconnect.
+			// Every event ends with a newline: what follows the last one is an
+			// event cut off by a disconnect.
 			return nil, io.ErrUnexpectedEOF
 		default:
 			return nil, err
@@ -152,27 +128,28 @@ func (d *Decoder) readLine() ([]byte, error) {
 	}
 }
 
-// decodeLine parses one line without copying the object: gjson reads the
-// line through a string view of it, and Object is the slice of the line that
-// gjson's result points at.
+// decodeLine parses one line without copying the object: gjson reads it
+// through a string view, and Object is the slice of the line gjson points at.
 func decodeLine(line []byte) (Event, error) {
+	malformed := func(reason string) (Event, error) {
+		return Event{}, &MalformedError{Reason: reason, Length: len(line)}
+	}
 	if !gjson.ValidBytes(line) {
-		return Event{}, &MalformedError{Reason: "not valid JSON", Length: len(line)}
+		return malformed("not valid JSON")
 	}
 	view := unsafe.String(unsafe.SliceData(line), len(line)) // not kept past this call
 	if !gjson.Parse(view).IsObject() {
-		return Event{}, &MalformedError{Reason: "not a JSON object", Length: len(line)}
+		return malformed("not a JSON object")
 	}
-	// Where a key repeats, the first counts, as with gjson's Get.
-	typeResult := gjson.Get(view, "type")
-	typ, ok := parseType(typeResult.String())
+	typeResult := gjson.Get(view, "type") // where a key repeats, the first counts
+	typ, ok := streamTypes[typeResult.String()]
 	if !ok || typeResult.Type != gjson.String {
-		return Event{}, &MalformedError{Reason: fmt.Sprintf("unknown event type %.40q", typeResult.String()), Length: len(line)}
+		return malformed(fmt.Sprintf("unknown event type %.40q", typeResult.String()))
 	}
 	object := gjson.Get(view, "object")
 	// Index locates the object in the line; gjson leaves it 0 when it cannot.
 	if !object.IsObject() || object.Index <= 0 || object.Index+len(object.Raw) > len(line) {
-		return Event{}, &MalformedError{Reason: "event has no object", Length: len(line)}
+		return malformed("event has no object")
 	}
 	ev := Event{Type: typ, Object: line[object.Index : object.Index+len(object.Raw)]}
 	if typ == Error {
@@ -180,7 +157,7 @@ func decodeLine(line []byte) (Event, error) {
 	}
 	rv := object.Get("metadata.resourceVersion")
 	if rv.Type != gjson.String || rv.Str == "" {
-		return Event{}, &MalformedError{Reason: string(typ) + " event without metadata.resourceVersion", Length: len(line)}
+		return malformed(string(typ) + " event without metadata.resourceVersion")
 	}
 	ev.ResourceVersion = strings.Clone(rv.Str)
 	return ev, nil

@@ -349,7 +349,7 @@ func FuzzDecoder(f *testing.F) {
 			case err != nil:
 				t.Fatalf("unexpected error from a bytes.Reader: %v", err)
 			}
-			if _, ok := parseType(string(ev.Type)); !ok {
+			if _, ok := streamTypes[string(ev.Type)]; !ok {
 				t.Fatalf("event with type %q", ev.Type)
 			}
 			if !gjson.ValidBytes(ev.Object) || !gjson.ParseBytes(ev.Object).IsObject() {

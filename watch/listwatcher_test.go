@@ -184,7 +184,7 @@ func TestListWatcherWatchStream(t *testing.T) {
 
 			assert.Equal(t, append(append([]string(nil), listed...), tt.wantHandled...), l.h.seen())
 			assert.Equal(t, []string{"100", tt.wantResumeRV}, api.watchRVs())
-			assert.Equal(t, tt.wantResumeRV, l.lw.ResourceVersion())
+			assert.Equal(t, tt.wantResumeRV, l.lw.rv)
 			require.Len(t, api.listRequests(), 1, "no relist")
 			assert.Equal(t, url.Values{"limit": {"500"}}, api.listRequests()[0].Query)
 			assert.Zero(t, l.m.Relists.Value())
