@@ -140,7 +140,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	if len(missed) > 0 {
 		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
 		all := append(slices.Clone(r.pods), missed...)
-		if _, err := c.writeIntent(ctx, key, cm, all); err != nil {
+		if err := c.writeIntent(ctx, key, cm, all); err != nil {
 			return err
 		}
 		r.pods = all
