@@ -330,7 +330,6 @@ func (c *Controller) setExists(e *entry, exists bool) {
 // ShutdownGrace to finish.
 func (c *Controller) Run(ctx context.Context) {
 	c.Lead(ctx, func() time.Duration { return c.cfg.ShutdownGrace })
-	c.queue.ShutDown()
 }
 
 // Lead works the queue until ctx is done, then stops taking work and gives

@@ -15,8 +15,7 @@ type queue struct {
 	items      []string
 	dirty      map[string]bool // waiting, or added while processing
 	processing map[string]bool
-	shutdown   bool
-	paused     bool // Get hands out nothing (a standby); keys still wait
+	paused     bool // Get hands out nothing (a standby, or stopped); keys still wait
 	onDepth    func(int)
 }
 
@@ -30,7 +29,7 @@ func newQueue(onDepth func(int)) *queue {
 func (q *queue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.shutdown || q.dirty[key] {
+	if q.dirty[key] {
 		return
 	}
 	q.dirty[key] = true
@@ -48,14 +47,14 @@ func (q *queue) AddAfter(key string, d time.Duration) {
 	time.AfterFunc(d, func() { q.Add(key) })
 }
 
-// Get blocks until a key is available; false when paused or shut down.
+// Get blocks until a key is available; false when paused.
 func (q *queue) Get() (key string, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.paused && !q.shutdown {
+	for len(q.items) == 0 && !q.paused {
 		q.cond.Wait()
 	}
-	if q.paused || q.shutdown {
+	if q.paused {
 		return "", false
 	}
 	key = q.items[0]
@@ -72,7 +71,7 @@ func (q *queue) Done(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.processing, key)
-	if q.dirty[key] && !q.shutdown {
+	if q.dirty[key] {
 		q.push(key)
 	}
 }
@@ -88,15 +87,6 @@ func (q *queue) setPaused(paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.paused = paused
-	q.cond.Broadcast()
-}
-
-// ShutDown makes every Get return at once and drops the keys: the next
-// start derives them again from the API's state.
-func (q *queue) ShutDown() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.shutdown = true
 	q.cond.Broadcast()
 }
 
