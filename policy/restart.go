@@ -175,12 +175,10 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 			return podStuck, nil
 		}
 		log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
-		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return podPending, ctx.Err()
-		case <-t.C:
+		case <-time.After(delay): // collected once unreferenced (Go 1.23)
 		}
 	}
 }
