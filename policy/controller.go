@@ -355,15 +355,11 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 // stood by while changes were made.
 func (c *Controller) EnqueueAll() {
 	c.mu.Lock()
-	var keys []string
+	defer c.mu.Unlock()
 	for key, e := range c.entries {
 		if e.exists {
-			keys = append(keys, key)
+			c.queue.Add(key) // lock order: c.mu, then the queue's
 		}
-	}
-	c.mu.Unlock()
-	for _, key := range keys {
-		c.queue.Add(key)
 	}
 }
 

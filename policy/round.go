@@ -199,12 +199,7 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 		e.round.writing = in.text
 	}
 	c.mu.Unlock()
-	if err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text); err != nil {
-		return fmt.Errorf("record the round in progress: %w", err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
+	err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text, func(e *entry) {
 		e.i = in
 		if e.cm.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
@@ -212,6 +207,9 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 		if e.round != nil {
 			e.round.intent = in.text
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("record the round in progress: %w", err)
 	}
 	return nil
 }
@@ -226,58 +224,51 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 	if stale {
 		return errSuperseded
 	}
-	if err := c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String()); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
+	return c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String(), func(e *entry) {
 		e.r, e.i, e.adopted = cm.hash, intent{}, false
 		if r != nil && e.round == r {
 			e.round = nil
 		}
-	}
-	return nil
+	})
 }
 
 // writeState patches R (removing I) or I on the ConfigMap, naming its uid
-// so that a re-created one of the same name is not marked. Without
-// RECORD_HASH, or in a dry run, the state lives in memory only.
-func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string) error {
+// so that a re-created one of the same name is not marked, then applies
+// the write to the entry. Without RECORD_HASH, or in a dry run, the state
+// lives in memory only.
+func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string, apply func(e *entry)) error {
 	if !c.mayAct() {
 		return errNotLeader
 	}
-	if !c.recordsOnServer() {
-		return nil
-	}
-	annotations := map[string]any{annotation: value}
-	if annotation == RestartedForAnnotation {
-		annotations[RestartingAnnotation] = nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
-	if err != nil {
-		return fmt.Errorf("build patch: %w", err)
-	}
-	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
-	switch {
-	case err == nil:
-		// Events older than this write show R and I as they were before it.
-		if v := gjson.GetBytes(answer, "metadata.resourceVersion").Uint(); v != 0 {
-			c.mu.Lock()
-			if e := c.entries[key]; e != nil {
-				e.written = max(e.written, v)
-			}
-			c.mu.Unlock()
+	var written uint64
+	if c.recordsOnServer() {
+		annotations := map[string]any{annotation: value}
+		if annotation == RestartedForAnnotation {
+			annotations[RestartingAnnotation] = nil
 		}
-		return nil
-	case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
-		// Deleted or replaced meanwhile: the new object gets its own round.
-		return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
-	case apiclient.IsForbidden(err):
-		return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
-	default:
-		return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
+		if err != nil {
+			return fmt.Errorf("build patch: %w", err)
+		}
+		answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+		switch {
+		case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
+			// Deleted or replaced meanwhile: the new object gets its own round.
+			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
+		case apiclient.IsForbidden(err):
+			return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
+		case err != nil:
+			return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
+		}
+		written = gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.written = max(e.written, written) // older events show R and I as they were before
+		apply(e)
+	}
+	return nil
 }
 
 // listPods returns the selected pods, except terminating ones and the
