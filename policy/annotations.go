@@ -6,23 +6,19 @@ import (
 	"strings"
 )
 
-// RestartedForAnnotation holds, on each ConfigMap the controller acts for,
-// the digest of the data every selected pod was last restarted for (or that
-// the controller adopted): R in the state model (doc.go). It is what makes
-// restarts exactly-once across controller restarts and lost watch history.
+// RestartedForAnnotation is R in the state model (doc.go): the digest of
+// the data every selected pod was last restarted for, or adopted.
 const RestartedForAnnotation = "config-watcher.k8spatterns.io/restarted-for"
 
-// RestartingAnnotation is I in the state model: written before a round's
-// first restart, it names the digest the round restarts for and the uids of
-// the pods it began with; the record that ends the round removes it.
+// RestartingAnnotation is I in the state model: "sha256:…/uid,uid,…", the
+// digest a round restarts for and the pods it began with.
 const RestartingAnnotation = "config-watcher.k8spatterns.io/restarting"
 
-// maxIntentPods bounds the intent's size (a uid is 36 bytes; annotations
-// may total 256 KiB). A larger round records "*": every selected pod.
+// maxIntentPods bounds the intent's size (annotations may total 256 KiB).
+// A larger round writes "*": every selected pod.
 const maxIntentPods = 2000
 
-// digest is the SHA-256 of a ConfigMap's data (see dataHash). The zero
-// value stands for no digest.
+// digest is the SHA-256 of a ConfigMap's data (dataHash); zero is none.
 type digest [sha256.Size]byte
 
 const digestPrefix = "sha256:"
@@ -40,12 +36,10 @@ func (d digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 func (d digest) isZero() bool { return d == digest{} }
 
-// short abbreviates d for messages.
 func (d digest) short() string { return truncate(d.String(), len(digestPrefix)+12) }
 
-// parseDigest reads the annotation's form. A string that is not one, or is
-// the all-zero digest (no SHA-256 of anything, only a hand edit writes it),
-// is not a digest.
+// parseDigest reads the annotation's form. The all-zero digest (only a hand
+// edit writes it) is not one.
 func parseDigest(s string) (digest, bool) {
 	var d digest
 	text, ok := strings.CutPrefix(s, digestPrefix)
@@ -58,11 +52,9 @@ func parseDigest(s string) (digest, bool) {
 	return d, !d.isZero()
 }
 
-// intent is a round in progress as recorded on the ConfigMap:
-// "sha256:…/uid,uid,…", or "sha256:…/*" when the round was too large to
-// name its pods.
+// intent is RestartingAnnotation as read.
 type intent struct {
-	text string // the annotation as read; "" for none
+	text string // "" for none
 	hash digest
 	all  bool // "*": the round's pods are not named
 	uids map[string]bool
@@ -70,7 +62,6 @@ type intent struct {
 
 func (in intent) present() bool { return in.text != "" }
 
-// has reports whether the intent names the pod (every pod, for "*").
 func (in intent) has(uid string) bool { return in.all || in.uids[uid] }
 
 func newIntent(hash digest, pods []podRef) intent {
@@ -86,8 +77,7 @@ func newIntent(hash digest, pods []podRef) intent {
 }
 
 // parseIntent reads the annotation. One that cannot be read is still an
-// intent, for no data: it tells that a round was cut short, and its pods
-// are mixed.
+// intent, for no data: a round was cut short, and its pods are mixed.
 func parseIntent(v string) intent {
 	if v == "" {
 		return intent{}

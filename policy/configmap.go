@@ -14,33 +14,25 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// configMap is what the controller keeps of a ConfigMap: names, the
-// annotations it reads, and a digest of the data. Never the data itself.
+// configMap is what the controller keeps of a ConfigMap: never the data,
+// only its digest.
 type configMap struct {
 	namespace, name, uid string
-	// version is metadata.resourceVersion as a number, 0 if it is not one.
-	version uint64
-	// selector is the raw value of the selector annotation; hasSelector
-	// tells an absent annotation from an empty one (which is refused).
-	selector    string
-	hasSelector bool
-	// recorded is the restarted-for annotation, zero when absent or unusable.
-	recorded digest
-	// intent is the restarting annotation.
-	intent intent
-	// hash is the digest of data + binaryData (dataHash).
-	hash digest
+	version              uint64 // metadata.resourceVersion, 0 if not a number
+	selector             string // the selector annotation as written
+	hasSelector          bool   // the annotation is present (an empty one is refused)
+	recorded             digest // R as annotated; zero when absent or unusable
+	intent               intent // I as annotated
+	hash                 digest // D: dataHash of data and binaryData
 }
 
 func (cm configMap) key() string { return cm.namespace + "/" + cm.name }
 
-// parseConfigMap reads the fields the controller needs from a ConfigMap's
-// JSON, digest included. Nothing it returns aliases raw. Where a key
-// repeats, the first occurrence counts, except in annotations, where the
-// last does.
+// parseConfigMap reads a ConfigMap's JSON; nothing it returns aliases raw.
+// Where a key repeats, the first occurrence counts, in annotations the last.
 func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
-	// Read in place: gjson's []byte functions copy what they return, and a
-	// value may be 1 MiB. What is kept is cloned below.
+	// In place: gjson's []byte functions copy what they return, and a value
+	// may be 1 MiB. What is kept is cloned.
 	obj := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
 	meta := obj.Get("metadata")
 	cm := configMap{
@@ -51,9 +43,8 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 	if cm.name == "" || cm.namespace == "" {
 		return configMap{}, errors.New("object has no metadata.name or metadata.namespace")
 	}
-	// resourceVersions are opaque to clients, but every API server backed
-	// by etcd serves its revision, a number that only grows; where it is
-	// not a number, ordering is simply not checked.
+	// Opaque to clients, but etcd's revision, a number that only grows;
+	// where it is not a number, ordering is not checked.
 	cm.version, _ = strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
 	meta.Get("annotations").ForEach(func(k, v gjson.Result) bool {
 		switch k.String() {
@@ -70,13 +61,10 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 	return cm, nil
 }
 
-// dataHash digests data and binaryData in an encoding where different
-// content can never produce the same byte stream: every section, key and
-// value is length-prefixed and keys are sorted, so the digest does not
-// depend on the server's key order or JSON escaping. binaryData values are
-// hashed as the base64 text the API serves, which is canonical. The values
-// are pinned by TestDigestIsPinned: records written by earlier versions
-// must keep matching.
+// dataHash digests data and binaryData length-prefixed with sorted keys, so
+// that different content never gives the same stream and the server's key
+// order and escaping do not matter (binaryData as its canonical base64).
+// TestDigestIsPinned pins it: records written earlier must keep matching.
 func dataHash(data, binaryData gjson.Result) digest {
 	h := sha256.New()
 	writeSection(h, "data", data)
@@ -112,8 +100,8 @@ func writeSection(h hash.Hash, name string, s gjson.Result) {
 	}
 }
 
-// writeValue writes a string value decoded; anything else (the API never
-// serves it) as raw text, tagged apart, so that it still hashes differently.
+// writeValue writes a string decoded; anything else (the API never serves
+// it) as raw text, tagged apart.
 func writeValue(h hash.Hash, v gjson.Result) {
 	if v.Type == gjson.String {
 		h.Write([]byte{'s'})

@@ -17,52 +17,41 @@ import (
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// Config of the controller.
+// Config of the controller. Zero values take the defaults New sets.
 type Config struct {
-	// SelectorAnnotation holds the pod label selector on a ConfigMap.
-	SelectorAnnotation string
-	// RecordHash writes RestartedForAnnotation after each round. Without it
-	// (read-only RBAC) the digest lives in memory only and a restart of the
-	// controller forgets it: changes made while it was down are adopted, not
-	// acted on.
+	SelectorAnnotation string // holds the pod label selector on a ConfigMap
+	// RecordHash writes R and I on the ConfigMaps. Without it (read-only
+	// RBAC) they live in memory: changes made while the controller was
+	// down are adopted, not acted on.
 	RecordHash bool
-	// OwnPod is never deleted (the controller's own pod, from POD_NAME).
-	OwnPod string
-	// Workers bounds how many ConfigMaps are reconciled at once.
-	Workers int
-	// ShutdownGrace bounds how long in-flight rounds may run after the
-	// controller is told to stop.
+	OwnPod     string // never deleted: the controller's own pod
+	Workers    int    // ConfigMaps reconciled at once (4)
+	// ShutdownGrace bounds how long rounds in flight may run once the
+	// controller is told to stop (10 s).
 	ShutdownGrace time.Duration
-	// NewBackOff makes the per-ConfigMap retry policy for failed rounds.
-	NewBackOff func() backoff.BackOff
-	// Strategy restarts a pod: StrategyDelete (the default) or StrategyEvict.
-	Strategy string
+	NewBackOff    func() backoff.BackOff // retry policy of failed rounds and blocked evictions
+	Strategy      string                 // StrategyDelete (the default) or StrategyEvict
 	// EvictTimeout bounds how long an eviction blocked by a disruption
 	// budget is retried before the pod is reported stuck (5 min).
 	EvictTimeout time.Duration
-	// MaxConcurrentRestarts paces a round: at most this many pods are
-	// restarted at once; 0 restarts them all at once.
+	// MaxConcurrentRestarts paces a round; 0 restarts all its pods at once.
 	MaxConcurrentRestarts int
-	// DryRun does everything but the restarts: the server validates each
-	// request (dryRun=All) and nothing is deleted, evicted or recorded.
+	// DryRun does everything but act: the server validates each restart
+	// (dryRun=All), and nothing is deleted, evicted or recorded.
 	DryRun bool
-	// Events, if set, records Kubernetes Events on the ConfigMaps acted for.
-	Events EventRecorder
-	// MayAct, if set, is asked before every write; false stops the round
-	// (a leader whose lease may have lapsed must not delete anything).
+	Events EventRecorder // if set, records Events on the ConfigMaps acted for
+	// MayAct, if set, is asked before every write: a leader whose lease
+	// may have lapsed must not act.
 	MayAct func() bool
-	// Pods, if set, returns the live pod index covering a namespace (nil
-	// for none). With one, a round deletes the pods the index selects at
-	// once and confirms with a LIST afterwards; without, it lists first.
+	// Pods, if set, returns the live pod index of a namespace (nil for
+	// none); a round then restarts the pods it selects at once and sweeps
+	// with a LIST afterwards (sweep.go).
 	Pods func(namespace string) PodIndex
 	// Annotated, if set, is told when a namespace gains its first existing
-	// ConfigMap with the selector annotation (true) and loses its last one
-	// (false), so that a pod index can cover only those namespaces. It is
-	// called with the controller's lock held: it must not block or call
-	// back into the controller.
+	// annotated ConfigMap (true) and loses its last (false). It is called
+	// with the controller's lock held: it must not block or call back.
 	Annotated func(namespace string, annotated bool)
-	// sweepWait overrides defaultSweepWait in tests.
-	sweepWait time.Duration
+	sweepWait time.Duration // overrides defaultSweepWait in tests
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -88,34 +77,25 @@ type Controller struct {
 	metrics *Metrics
 	queue   *queue
 
-	mu      sync.Mutex
-	entries map[string]*entry
-	seq     uint64 // numbers events, to tell what a list did not see
-	// annotated counts the existing entries per namespace (see Config.Annotated).
-	annotated map[string]int
-	all       *scope // the handler for a watch of every namespace
+	mu         sync.Mutex
+	entries    map[string]*entry
+	seq        uint64         // numbers events, to tell what a list did not see
+	annotated  map[string]int // existing entries per namespace (Config.Annotated)
+	tombstones []string       // deleted entries, oldest first, to bound them
+	retries    map[string]backoff.BackOff
+	all        *scope // the handler for a watch of every namespace
 
-	retryMu sync.Mutex
-	retries map[string]backoff.BackOff
-
-	// tombstones lists deleted entries, oldest first, to bound them.
-	tombstones []string
-
-	// unsynced counts the scopes whose first list has not ended. Once none
-	// has and the queue first runs dry (the adoptions are written), the
-	// memory of the initial sync goes back to the OS: see releaseAfterSync.
-	unsynced atomic.Int32
-	released atomic.Bool
-	// synced is closed when unsynced first reaches zero. Workers wait for
-	// it (at most syncWait): the writes of a start, one adoption record
-	// per annotated ConfigMap, would otherwise slow the initial lists down
-	// (BENCHMARKS.md, start).
+	// unsynced counts the scopes whose first list has not ended; synced is
+	// closed when none is left. Workers wait for it (at most syncWait):
+	// a start's adoption records would slow the initial lists down.
+	unsynced   atomic.Int32
 	synced     chan struct{}
 	syncedOnce sync.Once
+	released   atomic.Bool // see releaseAfterSync
 }
 
-// syncWait bounds how long workers wait for the initial lists: a list that
-// keeps failing (RBAC, say) must not hold rounds elsewhere.
+// syncWait bounds the wait for the initial lists: one that keeps failing
+// (RBAC, say) must not hold rounds elsewhere.
 const syncWait = 10 * time.Second
 
 var _ watch.Handler = (*Controller)(nil)
@@ -141,7 +121,6 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.sweepWait = defaultSweepWait
 	}
 	c := &Controller{
-		synced:    make(chan struct{}),
 		cfg:       cfg,
 		api:       api,
 		log:       log,
@@ -150,6 +129,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		entries:   map[string]*entry{},
 		annotated: map[string]int{},
 		retries:   map[string]backoff.BackOff{},
+		synced:    make(chan struct{}),
 	}
 	c.all = &scope{c: c}
 	return c
@@ -158,11 +138,10 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 // scope is the watch.Handler of one ListWatcher: one namespace, or all of
 // them (namespace ""). A list only speaks for the ConfigMaps of its scope.
 type scope struct {
-	c         *Controller
-	namespace string
-	start     uint64 // seq when the current list began
-	// counted: the scope is in c.unsynced until its first list ends.
-	counted, listed bool
+	c               *Controller
+	namespace       string
+	start           uint64 // seq when the current list began
+	counted, listed bool   // in c.unsynced until its first list ends
 }
 
 // ForNamespace returns the handler for a ListWatcher of one namespace, or of
@@ -194,17 +173,13 @@ func (s *scope) EndList() {
 	c := s.c
 	c.mu.Lock()
 	for key, e := range c.entries {
-		if e.seen > s.start || (s.namespace != "" && e.cm.namespace != s.namespace) {
-			continue
+		switch {
+		case e.seen > s.start || (s.namespace != "" && e.cm.namespace != s.namespace):
+		case e.exists:
+			c.bury(e) // kept until the next list
+		default:
+			delete(c.entries, key)
 		}
-		if e.exists {
-			c.setExists(e, false)
-			e.round = nil
-			c.seq++
-			e.seen = c.seq // keep the tombstone until the next list
-			continue
-		}
-		delete(c.entries, key)
 	}
 	if s.counted && !s.listed {
 		s.listed = true
@@ -216,13 +191,11 @@ func (s *scope) EndList() {
 	c.releaseAfterSync()
 }
 
-// releaseAfterSync returns the memory of the initial sync to the OS once,
-// when every scope has listed and the queue has run dry. Reading the list
-// pages and writing the adoption records grows the heap to several times
-// what the controller then keeps (a digest and a few names per ConfigMap),
-// and the runtime would return the difference only slowly (BENCHMARKS.md
-// has the figures). A standby, whose queue nobody works, releases as soon
-// as it has listed.
+// releaseAfterSync returns the memory of the initial sync to the OS once
+// every scope has listed and the queue has run dry (at once on a standby,
+// whose queue nobody works): the lists and the adoption records grow the
+// heap to several times what is kept, and the runtime would return it only
+// slowly (BENCHMARKS.md).
 func (c *Controller) releaseAfterSync() {
 	if c.released.Load() || c.unsynced.Load() > 0 || (!c.queue.idle() && c.mayAct()) {
 		return
@@ -252,9 +225,7 @@ func (c *Controller) Handle(ev watch.Event) {
 	case ev.Type == watch.Deleted:
 		c.forget(cm.key())
 	case !cm.hasSelector:
-		// Not (or no longer) ours: forget it. If the annotation comes
-		// back, the ConfigMap is adopted afresh.
-		c.drop(cm.key())
+		c.drop(cm.key()) // not (or no longer) ours: adopted afresh if it comes back
 	case c.observe(cm):
 		c.queue.Add(cm.key())
 	}
@@ -272,18 +243,15 @@ func (c *Controller) observe(cm configMap) bool {
 		c.entries[key] = e
 	}
 	c.seq++
-	e.seen = c.seq // it exists: a relist that shows it unchanged keeps it
+	e.seen = c.seq
 	if e.cm.uid == cm.uid && cm.version != 0 && cm.version <= e.cm.version {
-		// An event older than one already applied, replayed when a watch
-		// resumes from an earlier resourceVersion.
+		// Replayed by a watch resumed from an earlier resourceVersion.
 		c.setExists(e, true)
 		return false
 	}
 	e.apply(cm)
 	if first && e.r.isZero() && !e.i.present() {
-		// First sight and no record: we cannot know which data the pods
-		// run with, so restarting them would be a guess. Adopt the data
-		// as it is now; the worker records it.
+		// Nothing tells which data the pods run: adopt it as it is now.
 		e.r, e.adopted = cm.hash, true
 	}
 	c.setExists(e, true)
@@ -300,9 +268,8 @@ func (c *Controller) drop(key string) {
 	}
 }
 
-// forget turns a deleted ConfigMap's entry into a tombstone: a ConfigMap
-// re-created under the name with other data is a change for its pods.
-// Tombstones are bounded: the oldest go first.
+// forget turns a deleted ConfigMap's entry into a tombstone, so that one
+// re-created under its name with other data is a change for its pods.
 func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -310,10 +277,7 @@ func (c *Controller) forget(key string) {
 	if e == nil || !e.exists {
 		return
 	}
-	c.setExists(e, false)
-	e.round = nil
-	c.seq++
-	e.seen = c.seq
+	c.bury(e)
 	c.tombstones = append(c.tombstones, key)
 	for len(c.tombstones) > maxTombstones {
 		old := c.tombstones[0]
@@ -324,16 +288,24 @@ func (c *Controller) forget(key string) {
 	}
 }
 
-// maxTombstones bounds the memory of deleted ConfigMaps. Generated names
-// (kustomize's configMapGenerator) are never re-created; a name re-created
-// after this many other deletions is adopted, not acted on.
+// maxTombstones bounds the memory of deleted ConfigMaps: a name re-created
+// after this many other deletions is adopted, not acted on. (Generated
+// names, as kustomize makes them, are never re-created.)
 const maxTombstones = 1024
+
+// bury makes e a tombstone and stops its round. c.mu must be held.
+func (c *Controller) bury(e *entry) {
+	c.setExists(e, false)
+	e.round = nil
+	c.seq++
+	e.seen = c.seq
+}
 
 // recordsOnServer: R and I are written as annotations (else kept in memory).
 func (c *Controller) recordsOnServer() bool { return c.cfg.RecordHash && !c.cfg.DryRun }
 
-// setExists marks e as existing or deleted and keeps the per-namespace
-// count of existing entries. c.mu must be held.
+// setExists marks e as existing or deleted and keeps c.annotated. c.mu must
+// be held.
 func (c *Controller) setExists(e *entry, exists bool) {
 	if e.exists == exists {
 		return
@@ -342,59 +314,52 @@ func (c *Controller) setExists(e *entry, exists bool) {
 	ns := e.cm.namespace
 	if exists {
 		c.annotated[ns]++
-		if c.annotated[ns] == 1 && c.cfg.Annotated != nil {
-			c.cfg.Annotated(ns, true)
-		}
-		return
+	} else {
+		c.annotated[ns]--
 	}
-	c.annotated[ns]--
-	if c.annotated[ns] == 0 {
+	n := c.annotated[ns]
+	if n == 0 {
 		delete(c.annotated, ns)
-		if c.cfg.Annotated != nil {
-			c.cfg.Annotated(ns, false)
-		}
+	}
+	if c.cfg.Annotated != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
+		c.cfg.Annotated(ns, exists)
 	}
 }
 
-// Run works the queue with cfg.Workers workers until ctx is done, then waits
-// for in-flight rounds for at most ShutdownGrace.
+// Run works the queue until ctx is done, then gives rounds in flight
+// ShutdownGrace to finish.
 func (c *Controller) Run(ctx context.Context) {
 	c.Lead(ctx, func() time.Duration { return c.cfg.ShutdownGrace })
-	c.queue.ShutDown()
 }
 
 // Lead works the queue until ctx is done, then stops taking work and gives
 // rounds in flight grace() to finish before their requests are cancelled.
-// It can be called again (one leadership term after another); between
-// calls, events still update the state and queue keys.
+// It may be called again, one leadership term after another; meanwhile
+// events still update the state and queue keys.
 func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
-	c.queue.resume()
+	c.queue.setPaused(false)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Go(func() { c.work(actCtx) })
 	}
 	<-ctx.Done()
-	c.queue.pause()
+	c.queue.setPaused(true)
 	stopAct := time.AfterFunc(grace(), cancelAct)
 	defer stopAct.Stop()
 	wg.Wait()
 }
 
 // EnqueueAll queues every known ConfigMap, for a new leader: it may have
-// been standing by while changes were made.
+// stood by while changes were made.
 func (c *Controller) EnqueueAll() {
 	c.mu.Lock()
-	keys := make([]string, 0, len(c.entries))
+	defer c.mu.Unlock()
 	for key, e := range c.entries {
 		if e.exists {
-			keys = append(keys, key)
+			c.queue.Add(key) // lock order: c.mu, then the queue's
 		}
-	}
-	c.mu.Unlock()
-	for _, key := range keys {
-		c.queue.Add(key)
 	}
 }
 
@@ -413,7 +378,7 @@ func (c *Controller) work(ctx context.Context) {
 		}
 		result, err := c.reconcile(ctx, key)
 		c.metrics.Reconciles.Inc(result)
-		c.retryMu.Lock()
+		c.mu.Lock()
 		if err != nil {
 			b, ok := c.retries[key]
 			if !ok {
@@ -421,20 +386,17 @@ func (c *Controller) work(ctx context.Context) {
 				c.retries[key] = b
 			}
 			delay := max(b.NextBackOff(), min(apiclient.RetryAfter(err), 5*time.Minute))
-			c.retryMu.Unlock()
+			c.mu.Unlock()
 			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay)
 		} else {
 			delete(c.retries, key)
-			c.retryMu.Unlock()
+			c.mu.Unlock()
 		}
 		c.queue.Done(key)
 		c.releaseAfterSync()
 	}
 }
-
-// Queued is the number of ConfigMaps waiting for a worker.
-func (c *Controller) Queued() int { return c.queue.Len() }
 
 // Metrics of the controller.
 type Metrics struct {

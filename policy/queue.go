@@ -5,22 +5,18 @@ import (
 	"time"
 )
 
-// queue is a work queue of ConfigMap keys with the guarantees the
-// controller's exactly-once reasoning relies on: a key is queued at most once
-// however many events arrive (bursts coalesce), a key is never handed to two
-// workers at once, and a key added while it is being processed is handed out
-// again after Done, so the latest state is always looked at.
+// queue is a work queue of ConfigMap keys: a key waits at most once however
+// many events arrive, is never handed to two workers at once, and, added
+// while a worker has it, is handed out again after Done, so that the latest
+// state is always looked at.
 type queue struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
 	items      []string
-	dirty      map[string]bool
+	dirty      map[string]bool // waiting, or added while processing
 	processing map[string]bool
-	shutdown   bool
-	// paused: workers get nothing (a standby, or between leadership
-	// terms); keys still accumulate, once each.
-	paused  bool
-	onDepth func(int)
+	paused     bool // Get hands out nothing (a standby, or stopped); keys still wait
+	onDepth    func(int)
 }
 
 func newQueue(onDepth func(int)) *queue {
@@ -33,16 +29,13 @@ func newQueue(onDepth func(int)) *queue {
 func (q *queue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.shutdown || q.dirty[key] {
+	if q.dirty[key] {
 		return
 	}
 	q.dirty[key] = true
-	if q.processing[key] {
-		return // Done re-queues it
+	if !q.processing[key] {
+		q.push(key)
 	}
-	q.items = append(q.items, key)
-	q.depthChanged()
-	q.cond.Signal()
 }
 
 // AddAfter queues key after d, for retries.
@@ -54,17 +47,14 @@ func (q *queue) AddAfter(key string, d time.Duration) {
 	time.AfterFunc(d, func() { q.Add(key) })
 }
 
-// Get blocks until a key is available or the queue is shut down.
+// Get blocks until a key is available; false when paused.
 func (q *queue) Get() (key string, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for (len(q.items) == 0 || q.paused) && !q.shutdown {
-		if q.paused {
-			return "", false
-		}
+	for len(q.items) == 0 && !q.paused {
 		q.cond.Wait()
 	}
-	if q.shutdown {
+	if q.paused {
 		return "", false
 	}
 	key = q.items[0]
@@ -72,44 +62,31 @@ func (q *queue) Get() (key string, ok bool) {
 	q.items = q.items[1:]
 	q.processing[key] = true
 	delete(q.dirty, key)
-	q.depthChanged()
+	q.onDepth(len(q.items))
 	return key, true
 }
 
-// Done marks key processed; if it was added meanwhile it is queued again.
+// Done marks key processed and queues it again if it was added meanwhile.
 func (q *queue) Done(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.processing, key)
-	if q.dirty[key] && !q.shutdown {
-		q.items = append(q.items, key)
-		q.depthChanged()
-		q.cond.Signal()
+	if q.dirty[key] {
+		q.push(key)
 	}
 }
 
-// pause makes every Get return at once without a key; keys stay queued.
-func (q *queue) pause() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.paused = true
-	q.cond.Broadcast()
+func (q *queue) push(key string) {
+	q.items = append(q.items, key)
+	q.onDepth(len(q.items))
+	q.cond.Signal()
 }
 
-// resume lets Get hand out keys again.
-func (q *queue) resume() {
+// setPaused pauses (every Get returns at once, keys stay queued) or resumes.
+func (q *queue) setPaused(paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.paused = false
-	q.cond.Broadcast()
-}
-
-// ShutDown makes every Get return at once; queued keys are dropped (they are
-// derived again from the API's state at the next start).
-func (q *queue) ShutDown() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.shutdown = true
+	q.paused = paused
 	q.cond.Broadcast()
 }
 
@@ -125,10 +102,4 @@ func (q *queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
-}
-
-func (q *queue) depthChanged() {
-	if q.onDepth != nil {
-		q.onDepth(len(q.items))
-	}
 }

@@ -6,54 +6,36 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
-	"github.com/k8spatterns/config-watcher/metrics"
 )
 
 // Restart strategies (RESTART_STRATEGY).
 const (
-	// StrategyDelete deletes each pod: the pattern as the book has it. It
-	// bypasses PodDisruptionBudgets.
+	// StrategyDelete deletes each pod, as the book does; it bypasses
+	// PodDisruptionBudgets.
 	StrategyDelete = "delete"
-	// StrategyEvict asks the Eviction subresource, which honours
-	// PodDisruptionBudgets: with a PDB, a rollout of new configuration never
-	// takes more pods down than the budget allows.
+	// StrategyEvict asks the Eviction subresource, which honours them.
 	StrategyEvict = "evict"
 )
 
-// restartAll restarts the round's pods that are still pending, at most
-// MaxConcurrentRestarts at a time (all at once when it is 0). A pod that
-// fails stays pending, so a retried round restarts only those. Before each
-// restart it checks that this replica may act and that the round is still
-// the current one.
+// restartAll restarts the round's pending pods, at most
+// MaxConcurrentRestarts at a time (0: all at once). A pod that fails stays
+// pending, so a retried round restarts only those.
 func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *round, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(r.pods)
 	}
 	sem := make(chan struct{}, max(limit, 1))
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return firstErr != nil
-	}
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
 	for i := range r.pods {
 		if r.state[i] != podPending {
 			continue
@@ -61,24 +43,12 @@ func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *r
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			fail(ctx.Err())
 		}
-		if ctx.Err() != nil {
-			break
+		// A paced round stops at the first failure (it is retried later).
+		if err := c.mayRestart(ctx, key, r); err != nil {
+			fail(err)
 		}
-		stop := errNotLeader
-		if c.mayAct() {
-			stop = nil
-			if !c.current(key, r) {
-				stop = errSuperseded
-			}
-		}
-		if failed() || stop != nil {
-			// A paced round stops at the first failure (it is retried
-			// later); a replica that may no longer act, or a round that
-			// a newer change replaced, stops at once.
-			<-sem
-			fail(stop)
+		if firstErr.Load() != nil {
 			break
 		}
 		wg.Go(func() {
@@ -95,10 +65,30 @@ func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *r
 		})
 	}
 	wg.Wait()
-	return firstErr
+	if err := firstErr.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
-// restartPod restarts one pod. A deletion also returns the server's answer:
+// mayRestart checks, before each restart, that this replica may still act
+// and that no event has superseded the round (state.go, apply).
+func (c *Controller) mayRestart(ctx context.Context, key string, r *round) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !c.mayAct() {
+		return errNotLeader
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e == nil || !e.exists || e.round != r {
+		return errSuperseded
+	}
+	return nil
+}
+
+// restartPod restarts one pod. A deletion also returns the server's answer,
 // the pod, whose resourceVersion is no earlier than the deletion's.
 func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, []byte, error) {
 	if c.cfg.Strategy == StrategyEvict {
@@ -106,15 +96,13 @@ func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRe
 		return state, nil, err
 	}
 	answer, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
-	state, err := c.outcome(deleteVerb, namespace, pod, log, err)
+	state, err := c.outcome(false, namespace, pod, log, err)
 	return state, answer, err
 }
 
-// deleteOptions guards a deletion with the pod's uid, so a same-named
-// replacement (StatefulSet pods keep their names) is never hit, and for a
-// pod taken from the index with its resourceVersion, so a pod relabelled
-// (or changed otherwise) since the index saw it is refused, not deleted. In
-// dry-run mode the server validates the request and changes nothing.
+// deleteOptions guards a restart with the pod's uid (StatefulSet pods keep
+// their names) and, for a pod taken from the index, its resourceVersion: a
+// pod changed since the index saw it is refused, not deleted.
 func (c *Controller) deleteOptions(pod podRef) string {
 	pre := `"uid":` + strconv.Quote(pod.uid)
 	if pod.rv != "" {
@@ -127,31 +115,21 @@ func (c *Controller) deleteOptions(pod podRef) string {
 	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
 }
 
-// restartVerb is one way of restarting a pod, for the shared handling of
-// the server's answer.
-type restartVerb struct {
-	verb, past string // "delete", "deleted"
-	permission string // what RBAC must grant
-	counter    func(c *Controller) *metrics.CounterVec
-}
-
-var (
-	deleteVerb = restartVerb{"delete", "deleted", "verb delete on pods", func(c *Controller) *metrics.CounterVec { return c.metrics.PodDeletions }}
-	evictVerb  = restartVerb{"evict", "evicted", "verb create on pods/eviction", func(c *Controller) *metrics.CounterVec { return c.metrics.PodEvictions }}
-)
-
-// outcome counts, logs and classifies the answer to a restart request. An
-// error means "retry later"; otherwise the state says what became of it.
-func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *slog.Logger, err error) (podState, error) {
-	count := v.counter(c).Inc
+// outcome counts, logs and classifies the answer to a deletion or an
+// eviction. An error means "retry later".
+func (c *Controller) outcome(evict bool, namespace string, pod podRef, log *slog.Logger, err error) (podState, error) {
+	verb, past, permission, count := "delete", "deleted", "verb delete on pods", c.metrics.PodDeletions.Inc
+	if evict {
+		verb, past, permission, count = "evict", "evicted", "verb create on pods/eviction", c.metrics.PodEvictions.Inc
+	}
 	switch {
 	case err == nil && c.cfg.DryRun:
 		count("dry_run")
-		log.Info("would "+v.verb+" pod (dry run)", "pod", pod.name, "outcome", "dry_run")
+		log.Info("would "+verb+" pod (dry run)", "pod", pod.name, "outcome", "dry_run")
 		return podRestarted, nil
 	case err == nil:
-		count(v.past)
-		log.Info(v.past+" pod", "pod", pod.name, "outcome", v.past)
+		count(past)
+		log.Info(past+" pod", "pod", pod.name, "outcome", past)
 		return podRestarted, nil
 	case apiclient.IsNotFound(err):
 		count("not_found")
@@ -163,19 +141,18 @@ func (c *Controller) outcome(v restartVerb, namespace string, pod podRef, log *s
 		return podRefused, nil
 	case apiclient.IsForbidden(err):
 		count("error")
-		log.Error("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-		return podPending, fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", v.verb, namespace, v.permission, err)
+		log.Error("cannot "+verb+" pod", "pod", pod.name, "outcome", "forbidden", "err", err)
+		return podPending, fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", verb, namespace, permission, err)
 	default:
 		count("error")
-		log.Warn("cannot "+v.verb+" pod", "pod", pod.name, "outcome", "error", "err", err)
-		return podPending, fmt.Errorf("%s pod %s/%s: %w", v.verb, namespace, pod.name, err)
+		log.Warn("cannot "+verb+" pod", "pod", pod.name, "outcome", "error", "err", err)
+		return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, namespace, pod.name, err)
 	}
 }
 
-// evictPod evicts one pod. 429 means a PodDisruptionBudget does not allow
-// it now: it is retried with backoff until EvictTimeout, after which the
-// pod is reported stuck and left alone, so one blocked pod does not hold
-// the configuration rollout of the others forever.
+// evictPod evicts one pod. While a disruption budget refuses it (429), it
+// is retried until EvictTimeout, then reported stuck and left alone: one
+// blocked pod must not hold the rollout of the others.
 func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, error) {
 	body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
 		`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
@@ -185,7 +162,7 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 	for {
 		_, err := c.api.Create(ctx, path, []byte(body))
 		if !apiclient.IsTooManyRequests(err) {
-			return c.outcome(evictVerb, namespace, pod, log, err)
+			return c.outcome(true, namespace, pod, log, err)
 		}
 		delay := max(bo.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
 		if time.Now().Add(delay).After(deadline) {
@@ -198,12 +175,10 @@ func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef,
 			return podStuck, nil
 		}
 		log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
-		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return podPending, ctx.Err()
-		case <-t.C:
+		case <-time.After(delay): // collected once unreferenced (Go 1.23)
 		}
 	}
 }

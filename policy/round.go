@@ -27,52 +27,44 @@ const (
 	resultGone      = "gone"
 )
 
-// round is the restart of the pods selected by one ConfigMap for one digest.
+// round is the restart of the pods one ConfigMap selects, for one digest.
 type round struct {
 	hash     digest
-	selector string // the annotation's raw value
+	selector string
 	intent   string // the intent it wrote or resumed ("" while none)
-	// writing is the intent being written: the event of that write may
-	// arrive before the write's answer, and must not stop the round.
+	// writing is the intent being written: its event may come before the
+	// write's answer, and must not end the round.
 	writing string
-	resumed bool // it resumes an intent left by an earlier round
 	pods    []podRef
-	state   []podState // state[i] is pods[i]'s; each restart goroutine owns its own
+	state   []podState // state[i] is pods[i]'s, owned by its restart
 	indexed *indexed   // set when the round began from the pod index
 }
 
 type podRef struct {
 	name, uid string
-	// rv, for a pod taken from the pod index, is its resourceVersion as
-	// the index saw it: a precondition of its deletion.
-	rv string
-	// version is metadata.resourceVersion as listed, 0 if unknown.
-	version uint64
+	rv        string // from the pod index: a precondition of the deletion
+	version   uint64 // metadata.resourceVersion as listed, 0 if unknown
 }
 
-// podState is where a pod of a round stands.
 type podState uint8
 
 const (
 	podPending   podState = iota
-	podRestarted          // deleted or evicted (or would be, in a dry run)
-	podGone               // not found: nothing to do
-	podRefused            // a precondition failed: another pod has the name, or it changed since the index saw it
+	podRestarted          // or would be, in a dry run
+	podGone               // not found
+	podRefused            // a precondition failed: replaced, or changed since the index saw it
 	podStuck              // a disruption budget kept refusing its eviction
 )
 
 var (
-	// errNotLeader stops a round when this replica may no longer act.
-	errNotLeader = errors.New("not the leader: round stopped")
-	// errSuperseded stops a round whose data or selector changed: the
-	// change queued the ConfigMap again.
-	errSuperseded = errors.New("the configmap changed: round superseded")
+	errNotLeader  = errors.New("not the leader: round stopped")
+	errSuperseded = errors.New("the configmap changed: round superseded") // the change queued it again
 )
 
 func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
 
 // reconcile takes one ConfigMap one step along the state model (doc.go).
-// An error means "retry later"; anything that retrying cannot fix returns nil.
+// An error means "retry later"; what retrying cannot fix returns nil.
 func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
 	c.mu.Lock()
 	e := c.entries[key]
@@ -88,22 +80,24 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	case stepNothing:
 		return resultUnchanged, nil
 	case stepRecord, stepAdopt:
-		if err := c.record(ctx, key, cm, nil); errors.Is(err, errSuperseded) {
+		err := c.record(ctx, key, cm, nil)
+		switch {
+		case errors.Is(err, errSuperseded):
 			return resultUnchanged, nil
-		} else if err != nil {
+		case err != nil:
 			return resultError, err
-		}
-		if step == stepAdopt {
+		case step == stepAdopt:
 			log.Info("adopted configmap", "hash", cm.hash)
 			return resultAdopted, nil
 		}
 		return resultUnchanged, nil
 	}
 
+	// stepContinue, stepResume or stepRound.
 	sel, err := selector.Parse(cm.selector)
 	if err != nil {
-		// Retrying cannot fix the selector; a new event will bring a fixed
-		// one, and the data change is still pending then.
+		// Not retried: the fix comes as an event, and the change is
+		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
 		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
 		c.event(cm, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(cm.selector, 256), err))
@@ -111,18 +105,18 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	}
 	log = log.With("selector", sel.String())
 	if r == nil {
-		resume := (*intent)(nil)
+		var resume *intent
 		if step == stepResume {
 			resume = &left
 		}
 		if r, err = c.beginRound(ctx, key, cm, sel, resume, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, nil
-		} else if err != nil {
-			c.roundFailed(cm, err)
-			return resultError, err
 		}
 	}
-	err = c.ensureIntent(ctx, key, cm, r)
+	if err == nil && r.intent == "" && len(r.pods) > 0 {
+		// I before the first restart: a round cut short leaves it behind.
+		err = c.writeIntent(ctx, key, cm, r.pods)
+	}
 	if err == nil {
 		err = c.restartAll(ctx, key, cm.namespace, r, log)
 	}
@@ -133,7 +127,6 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		err = c.record(ctx, key, cm, r)
 	}
 	if errors.Is(err, errSuperseded) {
-		// The change that superseded the round queued the key again.
 		log.Info("round superseded by a newer change", "hash", cm.hash)
 		return resultUnchanged, nil
 	}
@@ -141,7 +134,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		c.roundFailed(cm, err)
 		return resultError, err
 	}
-	restarted := r.count(podRestarted)
+	restarted := 0
+	for _, st := range r.state {
+		if st == podRestarted {
+			restarted++
+		}
+	}
 	log.Info("pods restarted", "hash", cm.hash, "pods", restarted)
 	if c.cfg.DryRun {
 		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed)", restarted, sel, cm.hash.short()))
@@ -152,26 +150,15 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 }
 
 // wrote reports whether the intent text is the round's own: written, or
-// being written. An intent removed ("") is ours only before we wrote one.
+// being written. A removed intent ("") is ours only before we wrote one.
 func (r *round) wrote(text string) bool {
 	return text == r.intent || (r.writing != "" && text == r.writing)
 }
 
-func (r *round) count(s podState) int {
-	n := 0
-	for _, st := range r.state {
-		if st == s {
-			n++
-		}
-	}
-	return n
-}
-
-// beginRound takes the pods a round restarts: a resumed round those its
-// intent names; a new one those the pod index selects when it can answer
-// now (the sweep confirms them later), else those a LIST returns. The round
-// is kept from here on, so a retry (the intent could not be written, a
-// restart failed) does not take pods created since: they run the new data.
+// beginRound takes the round's pods: for a resumed round those its intent
+// names; for a new one those the pod index selects, if it can answer now
+// (sweep.go), else those a LIST returns. The round is kept from here on, so
+// that a retry does not take pods created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
 	r := &round{hash: cm.hash, selector: cm.selector}
 	var pods []podRef
@@ -187,7 +174,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	if resume != nil {
 		// The others were created after the round began, with this data.
 		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !resume.has(p.uid) })
-		r.intent, r.resumed = resume.text, true
+		r.intent = resume.text
 		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
 	} else {
 		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", r.indexed != nil)
@@ -204,41 +191,15 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	return r, nil
 }
 
-// ensureIntent writes the round's intent unless it has one: before the
-// first restart, so that a round cut short leaves it behind.
-func (c *Controller) ensureIntent(ctx context.Context, key string, cm configMap, r *round) error {
-	if r.resumed || r.intent != "" || len(r.pods) == 0 {
-		return nil
-	}
-	_, err := c.writeIntent(ctx, key, cm, r.pods)
-	return err
-}
-
-// current reports whether r is still the entry's round: no event has shown
-// other data, another selector, or someone else's record or intent.
-func (c *Controller) current(key string, r *round) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.entries[key]
-	return e != nil && e.exists && e.round == r
-}
-
-// writeIntent records that a round for cm.hash begins with pods, and
-// returns the intent. The write goes first: should the round be cut short,
-// the next controller knows which pods were started before it.
-func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) (intent, error) {
+// writeIntent writes I: a round for cm.hash over pods.
+func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) error {
 	in := newIntent(cm.hash, pods)
 	c.mu.Lock()
 	if e := c.entries[key]; e != nil && e.round != nil {
 		e.round.writing = in.text
 	}
 	c.mu.Unlock()
-	if err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text); err != nil {
-		return intent{}, fmt.Errorf("record the round in progress: %w", err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
+	err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text, func(e *entry) {
 		e.i = in
 		if e.cm.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
@@ -246,13 +207,15 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 		if e.round != nil {
 			e.round.intent = in.text
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("record the round in progress: %w", err)
 	}
-	return in, nil
+	return nil
 }
 
-// record notes that every selected pod now runs cm.hash and that the
-// round, if any, is over. r is the round that ends (nil for an adoption):
-// if it is no longer the current one, nothing is recorded.
+// record writes R = cm.hash and removes I, ending round r (nil for an
+// adoption) unless r is no longer the current one.
 func (c *Controller) record(ctx context.Context, key string, cm configMap, r *round) error {
 	c.mu.Lock()
 	e := c.entries[key]
@@ -261,63 +224,55 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 	if stale {
 		return errSuperseded
 	}
-	if err := c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String()); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
+	return c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String(), func(e *entry) {
 		e.r, e.i, e.adopted = cm.hash, intent{}, false
 		if r != nil && e.round == r {
 			e.round = nil
 		}
+	})
+}
+
+// writeState patches R (removing I) or I on the ConfigMap, naming its uid
+// so that a re-created one of the same name is not marked, then applies
+// the write to the entry. Without RECORD_HASH, or in a dry run, the state
+// lives in memory only.
+func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string, apply func(e *entry)) error {
+	if !c.mayAct() {
+		return errNotLeader
+	}
+	var written uint64
+	if c.recordsOnServer() {
+		annotations := map[string]any{annotation: value}
+		if annotation == RestartedForAnnotation {
+			annotations[RestartingAnnotation] = nil
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
+		if err != nil {
+			return fmt.Errorf("build patch: %w", err)
+		}
+		answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+		switch {
+		case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
+			// Deleted or replaced meanwhile: the new object gets its own round.
+			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
+		case apiclient.IsForbidden(err):
+			return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
+		case err != nil:
+			return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
+		}
+		written = gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		e.written = max(e.written, written) // older events show R and I as they were before
+		apply(e)
 	}
 	return nil
 }
 
-// writeState writes one state annotation (R, or I) on the ConfigMap; R
-// removes I, the round being over. The patch names the uid, so it fails
-// instead of marking a re-created ConfigMap of the same name. Without
-// RECORD_HASH, or in a dry run, the state lives in memory only.
-func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string) error {
-	if !c.mayAct() {
-		return errNotLeader
-	}
-	if !c.recordsOnServer() {
-		return nil
-	}
-	annotations := map[string]any{annotation: value}
-	if annotation == RestartedForAnnotation {
-		annotations[RestartingAnnotation] = nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
-	if err != nil {
-		return fmt.Errorf("build patch: %w", err)
-	}
-	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
-	switch {
-	case err == nil:
-		// Events older than this write show R and I as they were before it.
-		if v := gjson.GetBytes(answer, "metadata.resourceVersion").Uint(); v != 0 {
-			c.mu.Lock()
-			if e := c.entries[key]; e != nil {
-				e.written = max(e.written, v)
-			}
-			c.mu.Unlock()
-		}
-		return nil
-	case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
-		// Deleted or replaced meanwhile: the new object gets its own round.
-		return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
-	case apiclient.IsForbidden(err):
-		return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
-	default:
-		return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
-	}
-}
-
-// listPods returns the pods the selector matches that are not already
-// terminating, except the controller's own.
+// listPods returns the selected pods, except terminating ones and the
+// controller's own.
 func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
 	var pods []podRef
 	q := url.Values{"labelSelector": {sel.String()}, "limit": {"500"}}
@@ -345,7 +300,6 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 			case name == "" || uid == "":
 				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
 			case meta.Get("deletionTimestamp").Exists():
-				// Already terminating: deleting again changes nothing.
 			case name == c.cfg.OwnPod:
 				c.log.Info("not deleting own pod", "namespace", namespace, "pod", name)
 			default:
@@ -361,7 +315,6 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 	}
 }
 
-// event records an Event on cm, if events are on.
 func (c *Controller) event(cm configMap, typ, reason, message string) {
 	if c.cfg.Events == nil {
 		return
@@ -369,7 +322,7 @@ func (c *Controller) event(cm configMap, typ, reason, message string) {
 	c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.namespace, Name: cm.name, UID: cm.uid}, typ, reason, message)
 }
 
-// roundFailed reports a failed round, except a stop for losing leadership
+// roundFailed reports a failed round, but not a stop for losing the lease
 // or for a newer change.
 func (c *Controller) roundFailed(cm configMap, err error) {
 	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, context.Canceled) {

@@ -1,44 +1,38 @@
 package policy
 
-// entry is the controller's memory of one annotated ConfigMap: the state of
-// the model in doc.go as last known.
+// entry is what the controller knows of one annotated ConfigMap.
 type entry struct {
-	// cm is the latest state observed. Its recorded and intent are the
-	// annotations as that event showed them, which may predate our own
-	// writes; r and i are what counts.
+	// cm is the latest event's view; its recorded and intent may predate
+	// our own writes: r and i are what counts.
 	cm configMap
-	// r and i are R and I: taken from an event when its annotation differs
+	// r and i are R and I: taken from an event whose annotation differs
 	// from the previous event's (someone wrote it), and set by our own
-	// writes at once. An event that was on its way before our write shows
-	// the old, unchanged value and cannot undo the write. r outlives a
-	// removed annotation and a re-created ConfigMap (a tombstone keeps it),
-	// so new data under the same name counts as a change.
+	// writes at once. r outlives a removed annotation and, in a tombstone,
+	// the ConfigMap: new data under the same name counts as a change.
 	r digest
 	i intent
-	// written is the resourceVersion of our last write of R or I: an event
-	// older than it shows them as they were before, and is not taken.
+	// written is the resourceVersion of our last write of R or I: older
+	// events show them as they were before it.
 	written uint64
-	// outdated is the text of an intent observed while the data differed
-	// from its digest: pods created meanwhile run that other data.
+	// outdated is the text of an intent seen while the data differed from
+	// its digest.
 	outdated string
-	// round is the round in progress here, for cm.hash; nil when none.
-	round  *round
-	exists bool // false: a tombstone
-	// adopted: r was taken from the first sighting, not from a record.
-	adopted bool
-	seen    uint64 // sequence number of the last event about the entry
+	round    *round // in progress here, for cm.hash
+	exists   bool   // false: a tombstone
+	adopted  bool   // r was taken from the first sighting, not from a record
+	seen     uint64 // sequence number of the last event about the entry
 }
 
-// step is what a reconcile does next; see the table in doc.go.
+// step is what a reconcile does next: a row of the table in doc.go.
 type step int
 
 const (
-	stepNothing  step = iota // the pods run the current data
-	stepRecord               // they do, but the record is missing
-	stepAdopt                // first sight: record the data as what the pods run
-	stepContinue             // a round for the current data runs here
-	stepResume               // an intent for the current data is left: restart its pods
-	stepRound                // restart every selected pod
+	stepNothing step = iota
+	stepRecord
+	stepAdopt
+	stepContinue
+	stepResume
+	stepRound
 )
 
 // decide maps the entry's state to the next step. recordsOnServer: R and I
@@ -50,55 +44,47 @@ func (e *entry) decide(recordsOnServer bool) step {
 	case e.i.present() && e.i.hash == e.cm.hash && e.i.text != e.outdated:
 		return stepResume
 	case e.i.present():
-		// Some pods run I's data, some R's: none can be taken to run D.
-		return stepRound
-	case e.r.isZero():
+		return stepRound // some pods run I's data, some R's
+	case e.r.isZero() || (e.r == e.cm.hash && e.adopted):
 		return stepAdopt
+	case e.r == e.cm.hash && recordsOnServer && e.cm.recorded != e.r:
+		return stepRecord
 	case e.r == e.cm.hash:
-		switch {
-		case e.adopted:
-			return stepAdopt
-		case recordsOnServer && e.cm.recorded != e.r:
-			return stepRecord
-		}
 		return stepNothing
 	default:
 		return stepRound
 	}
 }
 
-// apply takes an event's view of the ConfigMap into the entry. Events older
-// than one applied were filtered by the caller.
+// apply takes an event's view of the ConfigMap into the entry; the caller
+// has dropped events older than one applied.
 func (e *entry) apply(cm configMap) {
 	prev := e.cm
 	if prev.uid != cm.uid {
 		// A new object under this name: its annotations start from
-		// nothing, but r (from the object it replaces) still tells what
-		// the pods run, so different data counts as a change.
+		// nothing, but r still tells what the pods run.
 		prev = configMap{}
 		e.i, e.outdated, e.written = intent{}, "", 0
 	}
 	if cm.version != 0 && cm.version < e.written {
-		// On its way before our last write: its R and I are older than
-		// ours. (Comparing with the previous event is not enough when we
-		// wrote twice before the first write's event came back.)
+		// On its way before our last write (we may have written twice
+		// before the first write's event came back).
 		cm.recorded, cm.intent = prev.recorded, prev.intent
 	}
-	// A record written ends a round, its intent included.
 	recorded := cm.recorded != prev.recorded && !cm.recorded.isZero()
 	if recorded {
 		e.r = cm.recorded
 	}
 	intentWritten := cm.intent.text != prev.intent.text
 	if recorded || intentWritten {
-		e.i = cm.intent
+		e.i = cm.intent // a record ends a round, its intent included
 	}
 	if e.i.present() && e.i.hash != cm.hash {
 		e.outdated = e.i.text
 	}
+	// The round in memory ends on someone's record, someone else's intent,
+	// other data or another selector; a worker checks before each restart.
 	if r := e.round; r != nil && (recorded || (intentWritten && !r.wrote(cm.intent.text)) || r.hash != cm.hash || r.selector != cm.selector) {
-		// Someone's record, someone else's intent, other data or another
-		// selector: the round is not the current one any more.
 		e.round = nil
 	}
 	e.cm = cm
