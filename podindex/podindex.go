@@ -41,14 +41,14 @@ type Index struct {
 	listing bool
 	listGen uint64
 	changed chan struct{} // made when someone waits, closed at the next change
-	// ended is the revision at which each of the latest deleted pods began
-	// to terminate; endedOrder is its FIFO of uids.
+	// ended is the revision at which each of the latest maxEnded deleted
+	// pods began to terminate; endedOrder is its FIFO of uids.
 	ended      map[string]uint64
 	endedOrder []string
 }
 
 // maxEnded bounds ended: a round asks about its pods milliseconds after
-// deleting them, so only the latest deletions need remembering.
+// deleting them.
 const maxEnded = 4096
 
 type pod struct {
@@ -129,7 +129,13 @@ func (x *Index) Handle(ev watch.Event) {
 			since = p.terminatedAt
 		}
 		if _, ok := x.ended[uid]; !ok && since != 0 {
-			x.remember(strings.Clone(uid), since)
+			if len(x.endedOrder) == maxEnded {
+				delete(x.ended, x.endedOrder[0])
+				x.endedOrder = x.endedOrder[1:]
+			}
+			uid := strings.Clone(uid)
+			x.ended[uid] = since
+			x.endedOrder = append(x.endedOrder, uid)
 		}
 		delete(pods, uid)
 		if len(pods) == 0 {
@@ -160,17 +166,6 @@ func (x *Index) Handle(ev watch.Event) {
 		p.terminating, p.terminatedAt = true, rv
 	}
 	p.labels = readLabels(meta.Get("labels"), p.labels)
-}
-
-// remember notes that the pod uid began to terminate at revision since,
-// forgetting the oldest beyond maxEnded. x.mu must be held.
-func (x *Index) remember(uid string, since uint64) {
-	if len(x.endedOrder) == maxEnded {
-		delete(x.ended, x.endedOrder[0])
-		x.endedOrder = x.endedOrder[1:]
-	}
-	x.ended[uid] = since
-	x.endedOrder = append(x.endedOrder, uid)
 }
 
 // readLabels returns the labels in r, reusing old when they are unchanged
