@@ -202,9 +202,8 @@ func (c *config) validate() error {
 func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("config-watcher", flag.ContinueOnError)
 	fs.SetOutput(out)
-	values := make([]*string, len(settings))
-	for i, s := range settings {
-		values[i] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+	for _, s := range settings {
+		fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(out, "config-watcher restarts pods when the data of a ConfigMap that selects them changes.\n\n")
@@ -217,14 +216,14 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	given := map[string]string{} // flag → value, of the flags given
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
 
 	var c config
-	for i, s := range settings {
+	for _, s := range settings {
 		v, source := s.def, "default"
-		if given[s.flag] {
-			v, source = *values[i], "--"+s.flag
+		if fv, ok := given[s.flag]; ok {
+			v, source = fv, "--"+s.flag
 		} else if ev, ok := lookupEnv(s.env); ok {
 			v, source = ev, s.env
 		}
