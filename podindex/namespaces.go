@@ -33,9 +33,9 @@ type NamespacesConfig struct {
 	// Indexed is told how many namespaces have an index, on every change
 	// (with a lock held: it must not block).
 	Indexed func(namespaces int)
-	// AfterFunc schedules the end of a lingering index (time.AfterFunc).
+	// AfterFunc schedules the end of a lingering index; nil: time.AfterFunc.
 	AfterFunc func(d time.Duration, f func()) Timer
-	// FreeOSMemory returns freed memory to the OS (debug.FreeOSMemory).
+	// FreeOSMemory returns freed memory to the OS; nil: debug.FreeOSMemory.
 	FreeOSMemory func()
 }
 
