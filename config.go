@@ -96,13 +96,7 @@ var settings = []setting{
 		c.HTTPAddr = v
 		return nil
 	}},
-	{"LOG_FORMAT", "log-format", "text", "log format: text or json", func(c *config, v string) error {
-		if v != "text" && v != "json" {
-			return errors.New("must be text or json")
-		}
-		c.LogFormat = v
-		return nil
-	}},
+	{"LOG_FORMAT", "log-format", "text", "log format: text or json", oneOf(func(c *config) *string { return &c.LogFormat }, "text", "json")},
 	{"LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", func(c *config, v string) error {
 		return c.LogLevel.UnmarshalText([]byte(v))
 	}},
@@ -112,22 +106,9 @@ var settings = []setting{
 	}},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
-	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", func(c *config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > 5*time.Minute {
-			return errors.New("must be a duration from 0s to 5m")
-		}
-		c.ShutdownTimeout = d
-		return nil
-	}},
-	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", func(c *config, v string) error {
-		if v != "delete" && v != "evict" {
-			return errors.New("must be delete or evict")
-		}
-		c.RestartStrategy = v
-		return nil
-	}},
-	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", durationSetting(func(c *config) *time.Duration { return &c.EvictTimeout })},
+	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
+	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
+	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", leaseTime(func(c *config) *time.Duration { return &c.EvictTimeout })},
 	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
@@ -140,9 +121,9 @@ var settings = []setting{
 		c.LeaseName = v
 		return nil
 	}},
-	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", durationSetting(func(c *config) *time.Duration { return &c.LeaseDuration })},
-	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", durationSetting(func(c *config) *time.Duration { return &c.RenewDeadline })},
-	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", durationSetting(func(c *config) *time.Duration { return &c.RetryPeriod })},
+	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", leaseTime(func(c *config) *time.Duration { return &c.LeaseDuration })},
+	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", leaseTime(func(c *config) *time.Duration { return &c.RenewDeadline })},
+	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", leaseTime(func(c *config) *time.Duration { return &c.RetryPeriod })},
 }
 
 func boolSetting(field func(c *config) *bool) func(c *config, v string) error {
@@ -167,13 +148,28 @@ func intSetting(lo, hi int, field func(c *config) *int) func(c *config, v string
 	}
 }
 
-func durationSetting(field func(c *config) *time.Duration) func(c *config, v string) error {
+func durationSetting(lo, hi time.Duration, bounds string, field func(c *config) *time.Duration) func(c *config, v string) error {
 	return func(c *config, v string) error {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 100*time.Millisecond || d > 10*time.Minute {
-			return errors.New("must be a duration from 100ms to 10m")
+		if err != nil || d < lo || d > hi {
+			return fmt.Errorf("must be a duration from %s", bounds)
 		}
 		*field(c) = d
+		return nil
+	}
+}
+
+// leaseTime is the range of the durations of leader election and eviction.
+func leaseTime(field func(c *config) *time.Duration) func(c *config, v string) error {
+	return durationSetting(100*time.Millisecond, 10*time.Minute, "100ms to 10m", field)
+}
+
+func oneOf(field func(c *config) *string, values ...string) func(c *config, v string) error {
+	return func(c *config, v string) error {
+		if !slices.Contains(values, v) {
+			return fmt.Errorf("must be %s", strings.Join(values, " or "))
+		}
+		*field(c) = v
 		return nil
 	}
 }
@@ -201,17 +197,13 @@ func (c *config) validate() error {
 	return nil
 }
 
-// errHelp is returned after --help has been printed.
-var errHelp = flag.ErrHelp
-
 // loadConfig reads each setting from its flag if given, else from its
 // environment variable if set (even to ""), else its default.
 func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("config-watcher", flag.ContinueOnError)
 	fs.SetOutput(out)
-	values := make([]*string, len(settings))
-	for i, s := range settings {
-		values[i] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+	for _, s := range settings {
+		fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(out, "config-watcher restarts pods when the data of a ConfigMap that selects them changes.\n\n")
@@ -224,14 +216,14 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	given := map[string]string{} // flag → value, of the flags given
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
 
 	var c config
-	for i, s := range settings {
+	for _, s := range settings {
 		v, source := s.def, "default"
-		if given[s.flag] {
-			v, source = *values[i], "--"+s.flag
+		if fv, ok := given[s.flag]; ok {
+			v, source = fv, "--"+s.flag
 		} else if ev, ok := lookupEnv(s.env); ok {
 			v, source = ev, s.env
 		}

@@ -1,8 +1,7 @@
 // Command config-watcher restarts the pods that read a ConfigMap when its
 // data changes: the Controller pattern of "Kubernetes Patterns", done with a
-// raw list + watch through a kubectl proxy ambassador.
-//
-// A ConfigMap opts in with the annotation
+// raw list + watch through a kubectl proxy ambassador. A ConfigMap opts in
+// with the annotation
 //
 //	k8spatterns.io/podDeleteSelector: "app=webapp"
 //
@@ -14,6 +13,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,10 +48,7 @@ func main() { os.Exit(cli(os.Args[1:])) }
 func cli(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, args, os.LookupEnv, os.Stderr, nil); err != nil {
-		if errors.Is(err, errHelp) {
-			return 0
-		}
+	if err := run(ctx, args, os.LookupEnv, os.Stderr, nil); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "config-watcher: %v\n", err)
 		return 1
 	}
@@ -64,7 +62,12 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	logOpts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var logHandler slog.Handler = slog.NewTextHandler(stderr, logOpts)
+	if cfg.LogFormat == "json" {
+		logHandler = slog.NewJSONHandler(stderr, logOpts)
+	}
+	log := slog.New(logHandler)
 	// Before anything allocates much: the initial list is the peak.
 	if ml, err := memlimit.Set(lookupEnv, os.DirFS("/")); err != nil {
 		log.Warn("could not read the container's memory limit; GOMEMLIMIT not set", "err", err)
@@ -105,7 +108,13 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			LeaseDuration: cfg.LeaseDuration,
 			RenewDeadline: cfg.RenewDeadline,
 			RetryPeriod:   cfg.RetryPeriod,
-		}, client, log, func(v bool) { leading.Set(boolGauge(v)) })
+		}, client, log, func(leads bool) {
+			v := 0.0
+			if leads {
+				v = 1
+			}
+			leading.Set(v)
+		})
 		if err != nil {
 			return fmt.Errorf("leader election: %w", err)
 		}
@@ -115,7 +124,18 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 	var pods *podindex.Namespaces
 	if cfg.PodIndex && cfg.RestartStrategy == policy.StrategyDelete {
-		pods = podIndexes(client, log, reg)
+		// An index is offered only while its watch stream is open (Watching,
+		// not Ready with its grace: a frozen index must not decide), and is
+		// not part of readiness: without one a round lists pods first.
+		podMetrics := watch.NewMetricsFor(reg, "pod_index")
+		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
+		podLog := log.With("watch", "pods")
+		pods = podindex.NewNamespaces(podindex.NamespacesConfig{
+			Watch: func(ns string, h watch.Handler) *watch.ListWatcher {
+				return watch.New(watch.Config{Path: apiclient.CorePath(ns, "pods", ""), MetadataOnly: true}, client, h, podLog.With("namespace", ns), podMetrics)
+			},
+			Indexed: func(n int) { indexed.Set(float64(n)) },
+		}, log)
 		pcfg.Pods = func(ns string) policy.PodIndex {
 			if x := pods.Cover(ns); x != nil {
 				return x
@@ -125,21 +145,28 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		pcfg.Annotated = pods.Annotated
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
-	// One list + watch per namespace, or one across the cluster for "*".
 	watchMetrics := watch.NewMetrics(reg)
-	var lws watchers
+	var lws []*watch.ListWatcher
 	for _, ns := range cfg.Namespaces {
+		path := apiclient.CoreClusterPath("configmaps") // WATCH_NAMESPACE=*
+		if ns != "" {
+			path = apiclient.CorePath(ns, "configmaps", "")
+		}
 		// The initial state streamed object by object (WatchList), falling
 		// back to a paged list decoded item by item: memory follows the
 		// largest ConfigMap, not the namespace.
-		lws = append(lws, watch.New(watch.Config{Path: collection(ns, "configmaps"), Kind: "ConfigMap", WatchList: true}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap", WatchList: true}, client, ctrl.ForNamespace(ns), log, watchMetrics))
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: newMux(lws, reg), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", probe(lws, (*watch.ListWatcher).Alive, "watch loop not running"))
+	mux.Handle("GET /readyz", probe(lws, (*watch.ListWatcher).Ready, "initial list not done or watch down"))
+	mux.Handle("GET /metrics", reg)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server failed", "err", err)
@@ -190,90 +217,13 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return nil
 }
 
-// collection is the path of a core resource in namespace ns, or in every
-// namespace when ns is "".
-func collection(ns, resource string) string {
-	if ns == "" {
-		return apiclient.CoreClusterPath(resource)
-	}
-	return apiclient.CorePath(ns, resource, "")
-}
-
-// podIndexes makes the pod indexes: one per namespace that holds an
-// annotated ConfigMap (whatever WATCH_NAMESPACE says), each fed by its own
-// metadata-only list + watch, so that memory follows the pods a selector
-// can match, not the cluster (docs/pod-index.md). An index is offered only
-// while its watch stream is open (Watching, not Ready with its grace: a
-// frozen index must not decide), and the indexes are not part of
-// readiness: without them (a Role that predates watch on pods, say) rounds
-// list pods first, as before.
-func podIndexes(client *apiclient.Client, log *slog.Logger, reg *metrics.Registry) *podindex.Namespaces {
-	m := watch.NewMetricsFor(reg, "pod_index")
-	indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
-	plog := log.With("watch", "pods")
-	return podindex.NewNamespaces(podindex.NamespacesConfig{
-		Watch: func(ns string, h watch.Handler) podindex.Watcher {
-			return watch.New(watch.Config{Path: collection(ns, "pods"), MetadataOnly: true}, client, h, plog.With("namespace", ns), m)
-		},
-		Indexed: func(n int) { indexed.Set(float64(n)) },
-	}, log)
-}
-
-// watchers are the list + watch loops, one per watched namespace.
-type watchers []*watch.ListWatcher
-
-// ready: every loop has listed and is watching (or resuming).
-func (ws watchers) ready() bool {
-	for _, w := range ws {
-		if !w.Ready() {
-			return false
+// probe answers "ok" while ok holds for every loop, else 503 and why.
+func probe(lws []*watch.ListWatcher, ok func(*watch.ListWatcher) bool, why string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if slices.ContainsFunc(lws, func(lw *watch.ListWatcher) bool { return !ok(lw) }) {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
 		}
+		fmt.Fprintln(w, "ok")
 	}
-	return true
-}
-
-// alive: every loop runs.
-func (ws watchers) alive() bool {
-	for _, w := range ws {
-		if !w.Alive() {
-			return false
-		}
-	}
-	return true
-}
-
-// newMux serves the probes and metrics.
-func newMux(ws watchers, reg *metrics.Registry) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		probe(w, ws.alive(), "watch loop not running")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		probe(w, ws.ready(), "initial list not done or watch down")
-	})
-	mux.Handle("GET /metrics", reg)
-	return mux
-}
-
-func boolGauge(v bool) float64 {
-	if v {
-		return 1
-	}
-	return 0
-}
-
-func probe(w http.ResponseWriter, ok bool, why string) {
-	if !ok {
-		http.Error(w, why, http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "ok")
-}
-
-func newLogger(cfg config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -118,7 +119,7 @@ func TestLoadConfig(t *testing.T) {
 func TestHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	_, err := loadConfig([]string{"--help"}, func(string) (string, bool) { return "", false }, &out)
-	require.ErrorIs(t, err, errHelp)
+	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, s := range settings {
 		assert.Contains(t, out.String(), "env "+s.env)
 	}

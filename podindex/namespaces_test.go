@@ -176,7 +176,7 @@ func newNSFixture(t *testing.T) *nsFixture {
 	f := &nsFixture{api: api, timers: &fakeTimers{}}
 	m := watch.NewMetrics(metrics.NewRegistry())
 	f.n = podindex.NewNamespaces(podindex.NamespacesConfig{
-		Watch: func(ns string, h watch.Handler) podindex.Watcher {
+		Watch: func(ns string, h watch.Handler) *watch.ListWatcher {
 			return watch.New(watch.Config{Path: apiclient.CorePath(ns, "pods", ""), MetadataOnly: true,
 				NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }}, client, h, discard, m)
 		},
@@ -331,7 +331,7 @@ func TestNamespacesLinger(t *testing.T) {
 			assert.Equal(t, tc.wantLists, f.api.count(f.api.lists, "a"), "lists of the namespace's pods")
 			assert.Equal(t, tc.wantTimers, f.timers.len(), "ends scheduled")
 			for _, tm := range f.timers.timers {
-				assert.Equal(t, podindex.DefaultLinger, tm.d)
+				assert.Equal(t, podindex.Linger, tm.d)
 			}
 		})
 	}

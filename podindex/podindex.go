@@ -1,19 +1,9 @@
-// Package podindex keeps a lean live index of pods, fed by a metadata-only
-// list + watch (a watch.Handler), so that a round of restarts can begin the
-// moment a ConfigMap change arrives, without first asking the API server
-// for the pods.
-//
-// The index holds, per pod, its name, labels, whether it is terminating and
-// the resourceVersion it was created at, and nothing of its spec or status.
-// It is never the last word: it can lag the API server by a few
-// milliseconds, so the controller confirms every round with a consistent
-// LIST (the sweep) and uses the creation revisions kept here to tell a pod
-// the index had not seen yet (started before the change: restart it) from
-// a replacement created after the round's first deletion (leave it).
-//
-// Namespaces keeps one Index per namespace that holds an annotated
-// ConfigMap, so that the memory follows the pods a selector can match and
-// not every pod of the cluster (docs/pod-index.md).
+// Package podindex keeps a lean live index of pods (name, uid, labels,
+// revisions; nothing of spec or status), fed by a metadata-only list + watch,
+// so that a round of restarts can begin the moment a ConfigMap changes. It is
+// never the last word: the round confirms with a consistent LIST, the sweep.
+// Namespaces keeps one index per namespace that holds an annotated ConfigMap.
+// See "The pod index" in docs/design.md, and docs/pod-index.md.
 package podindex
 
 import (
@@ -32,9 +22,9 @@ import (
 // Pod is a pod the index selected.
 type Pod struct {
 	Name, UID string
-	// ResourceVersion is the pod's as the index last saw it: a deletion
-	// decided from the index carries it as a precondition, so that a stale
-	// index makes the server refuse instead of deleting the wrong pod.
+	// ResourceVersion as the index last saw it: a deletion decided from the
+	// index carries it as a precondition, so a stale index makes the server
+	// refuse instead of deleting the wrong pod.
 	ResourceVersion string
 }
 
@@ -44,44 +34,41 @@ type Index struct {
 
 	mu   sync.Mutex
 	pods map[string]map[string]*pod // namespace → uid → pod
-	// lists counts completed lists. Creation revisions read from different
-	// lists are not comparable (a pod first seen in a relist is stamped with
-	// its current revision), so callers compare lists before and after.
+	// lists counts completed lists: creation revisions read from different
+	// lists are not comparable (a relist stamps a pod it first sees with its
+	// current revision), so callers compare lists before and after.
 	lists   uint64
 	listing bool
 	listGen uint64
-	// changed, made when someone waits, is closed at the next change.
-	changed chan struct{}
-	// ended remembers, for the pods deleted most recently, the revision at
-	// which each began to terminate; endedOrder is its FIFO of uids.
+	changed chan struct{} // made when someone waits, closed at the next change
+	// ended is the revision at which each of the latest maxEnded deleted
+	// pods began to terminate; endedOrder is its FIFO of uids.
 	ended      map[string]uint64
 	endedOrder []string
 }
 
 // maxEnded bounds ended: a round asks about its pods milliseconds after
-// deleting them, so only the latest deletions need remembering.
+// deleting them.
 const maxEnded = 4096
 
 type pod struct {
 	name   string
 	labels map[string]string
-	// created is the revision of the ADDED event that announced the pod,
-	// i.e. its creation; for a pod read by a list it is the pod's revision
-	// then, which is no earlier than its creation.
+	// created is the revision of the ADDED event, i.e. the creation; from a
+	// list, the pod's revision then, which is no earlier.
 	created     uint64
 	terminating bool
-	// terminatedAt is the revision of the first event that showed the pod
-	// with a deletionTimestamp; 0 while it has none, or if that event's
-	// revision was not a number.
+	// terminatedAt is the revision of the first event with a
+	// deletionTimestamp; 0 without one or if it was not a number.
 	terminatedAt uint64
 	listGen      uint64
-	rv           string // metadata.resourceVersion as last seen
+	rv           string
 }
 
 var _ watch.Handler = (*Index)(nil)
 
-// New returns an empty index; feed it to a watch.ListWatcher. log may be
-// nil (slog's default).
+// New returns an empty index to feed to a watch.ListWatcher. log may be nil
+// (slog's default).
 func New(log *slog.Logger) *Index {
 	if log == nil {
 		log = slog.Default()
@@ -118,15 +105,16 @@ func (x *Index) EndList() {
 
 // Handle implements watch.Handler.
 func (x *Index) Handle(ev watch.Event) {
-	// GetBytes copies the metadata out of the event's buffer (which is
-	// reused after the call); a metadata-only pod has little else.
+	// GetBytes copies the metadata out of the event's buffer, which is
+	// reused after the call; the strings kept are cloned out of that copy.
 	meta := gjson.GetBytes(ev.Object, "metadata")
 	ns, name, uid := meta.Get("namespace").String(), meta.Get("name").String(), meta.Get("uid").String()
 	if ns == "" || name == "" || uid == "" {
 		x.log.Warn("pod index: skipping object without namespace, name or uid", "type", string(ev.Type), "rv", ev.ResourceVersion)
 		return
 	}
-	rv, err := strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
+	rvText := meta.Get("resourceVersion").String()
+	rv, err := strconv.ParseUint(rvText, 10, 64)
 	if err != nil {
 		rv = 0 // unknown: never taken as a revision
 	}
@@ -140,8 +128,14 @@ func (x *Index) Handle(ev watch.Event) {
 		if p := pods[uid]; p != nil && p.terminatedAt != 0 {
 			since = p.terminatedAt
 		}
-		if since != 0 {
-			x.remember(uid, since)
+		if _, ok := x.ended[uid]; !ok && since != 0 {
+			if len(x.endedOrder) == maxEnded {
+				delete(x.ended, x.endedOrder[0])
+				x.endedOrder = x.endedOrder[1:]
+			}
+			uid := strings.Clone(uid)
+			x.ended[uid] = since
+			x.endedOrder = append(x.endedOrder, uid)
 		}
 		delete(pods, uid)
 		if len(pods) == 0 {
@@ -156,40 +150,22 @@ func (x *Index) Handle(ev watch.Event) {
 	p := pods[uid]
 	if p == nil {
 		p = &pod{name: strings.Clone(name)}
-		switch ev.Type {
-		case watch.Added, watch.Synced:
+		// A pod first seen modified keeps 0: "started before any change".
+		if ev.Type == watch.Added || ev.Type == watch.Synced {
 			p.created = rv
-		default:
-			// A pod first seen modified: its creation is unknown, and 0
-			// errs on the side of "started before any change".
 		}
 		pods[strings.Clone(uid)] = p
 	}
 	p.listGen = x.listGen
-	if v := meta.Get("resourceVersion").String(); v != p.rv {
-		p.rv = strings.Clone(v)
+	if rvText != p.rv {
+		p.rv = strings.Clone(rvText)
 	}
-	if dt := meta.Get("deletionTimestamp"); !dt.Exists() || dt.Type == gjson.Null {
+	if meta.Get("deletionTimestamp").Type == gjson.Null { // absent or null
 		p.terminating, p.terminatedAt = false, 0
 	} else if !p.terminating {
 		p.terminating, p.terminatedAt = true, rv
 	}
 	p.labels = readLabels(meta.Get("labels"), p.labels)
-}
-
-// remember notes that the pod uid began to terminate at revision since.
-// x.mu must be held.
-func (x *Index) remember(uid string, since uint64) {
-	if _, ok := x.ended[uid]; ok {
-		return
-	}
-	if len(x.endedOrder) == maxEnded {
-		delete(x.ended, x.endedOrder[0])
-		x.endedOrder = x.endedOrder[1:]
-	}
-	uid = strings.Clone(uid)
-	x.ended[uid] = since
-	x.endedOrder = append(x.endedOrder, uid)
 }
 
 // readLabels returns the labels in r, reusing old when they are unchanged
@@ -198,9 +174,8 @@ func readLabels(r gjson.Result, old map[string]string) map[string]string {
 	same, n := true, 0
 	r.ForEach(func(k, v gjson.Result) bool {
 		n++
-		if ov, ok := old[k.String()]; !ok || ov != v.String() {
-			same = false
-		}
+		ov, ok := old[k.String()]
+		same = ok && ov == v.String()
 		return same
 	})
 	if same && n == len(old) {
@@ -224,8 +199,7 @@ func (x *Index) notify() {
 
 // Select returns the pods of namespace whose labels match and that are not
 // terminating, and the number of lists behind the answer. ok is false until
-// the first list is complete and while a relist is in progress: the answer
-// would be missing pods.
+// the first list has ended and during a relist: pods would be missing.
 func (x *Index) Select(namespace string, matches func(labels map[string]string) bool) (pods []Pod, lists uint64, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -252,9 +226,8 @@ func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Du
 		}
 		lists = x.lists
 		if x.listing {
-			// A pod first seen by this relist is stamped with its current
-			// revision, not its creation: count the list already, so that a
-			// caller comparing lists does not take one for the other.
+			// This relist stamps a pod it first sees with its current
+			// revision: count it already, so no caller takes one for the other.
 			lists++
 		}
 		return p != nil
@@ -262,9 +235,9 @@ func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Du
 	return created, lists, known
 }
 
-// Terminated returns the revision at which a pod began to terminate: its
-// first event with a deletionTimestamp, or its deletion. It waits up to
-// wait for the watch to show it; known is false if it did not.
+// Terminated returns the revision at which a pod began to terminate (its
+// first event with a deletionTimestamp, or its deletion), waiting up to wait
+// for the watch to show it; known is false if it did not.
 func (x *Index) Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool) {
 	known = x.waitFor(ctx, wait, func() bool {
 		if p := x.pods[namespace][uid]; p != nil {
