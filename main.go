@@ -152,10 +152,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		if ns != "" {
 			path = apiclient.CorePath(ns, "configmaps", "")
 		}
-		// The initial state streamed object by object (WatchList), falling
-		// back to a paged list decoded item by item: memory follows the
-		// largest ConfigMap, not the namespace.
-		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap", WatchList: true}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		// Paged lists decoded item by item: memory follows the largest
+		// ConfigMap, not the namespace (docs/memory.md).
+		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)

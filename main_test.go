@@ -145,11 +145,7 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/api/v1/namespaces/ns/configmaps" && q.Get("watch") == "true":
 		w.WriteHeader(http.StatusOK)
-		if q.Get("sendInitialEvents") == "true" { // the ConfigMap loops stream their initial list
-			fmt.Fprintf(w, `{"type":"ADDED","object":%s}`+"\n", cmV1)
-			fmt.Fprint(w, `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"10","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n")
-		}
-		if q.Get("resourceVersion") == "10" || q.Get("sendInitialEvents") == "true" {
+		if q.Get("resourceVersion") == "10" {
 			fmt.Fprintf(w, `{"type":"MODIFIED","object":%s}`+"\n", cmV2)
 		}
 		w.(http.Flusher).Flush()
@@ -182,9 +178,8 @@ func (f *fakeCluster) deleted() []string {
 	return append([]string(nil), f.deletes...)
 }
 
-// TestRunRestartsPodsAndServesProbes ensures the wired program lists (a streamed WatchList
-// for ConfigMaps), watches, restarts the
-// pods of a changed ConfigMap, serves its probes and metrics, and returns
+// TestRunRestartsPodsAndServesProbes ensures the wired program lists (in
+// pages), watches, restarts the pods of a changed ConfigMap, serves its probes and metrics, and returns
 // nil when its context ends (as on SIGTERM).
 func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	fc := &fakeCluster{}
@@ -226,7 +221,7 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	assert.Contains(t, body, `config_watcher_build_info{`)
 	assert.Contains(t, body, "config_watcher_leader 1")
 	fc.mu.Lock()
-	assert.Zero(t, fc.cmLists, "the ConfigMap loop streams its initial list (WatchList) instead of paging")
+	assert.Equal(t, 1, fc.cmLists, "the ConfigMap loop lists once, then watches")
 	fc.mu.Unlock()
 
 	cancel()

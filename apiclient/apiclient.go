@@ -122,8 +122,9 @@ func (c *Client) open(ctx context.Context, stream bool, method, path string, que
 		return nil, err
 	}
 	if stream {
-		// kube-apiserver gzips a watch that starts with the current state, and
-		// the compressor then holds later events back (docs/memory.md).
+		// kube-apiserver may gzip a watch, and the compressor then holds
+		// events back (docs/memory.md). Lists stay compressed: through
+		// the ambassador that costs less than copying them whole.
 		req.Header.Set("Accept-Encoding", "identity")
 	}
 	resp, err := c.http.Do(req)

@@ -178,14 +178,6 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 			waitPods(t, ns, "app=webapp", 2)
 
 			proxy := startProxy(t, serviceAccountKubeconfig(t, ns, "config-watcher"))
-			if missing == (rbacRule{"configmaps", "list"}) {
-				// ConfigMaps are listed on a watch (WatchList) where the server
-				// streams lists; list is for a server that refuses that (422),
-				// as the fault proxy answers here.
-				fp := startFaultProxy(t, proxy)
-				fp.SetRules(t, `[{"name":"nowatchlist","watch":"true","path":"/configmaps","status":422,"times":1}]`)
-				proxy = fp.url
-			}
 			c := startController(t, controllerOpts{namespace: ns, apiURL: proxy, extraEnv: extraEnv})
 			if missing.resource == "pods" || missing.resource == "events" {
 				// The change that needs the pods: adoption first, then new data.

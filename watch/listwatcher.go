@@ -2,7 +2,7 @@
 // raw HTTP list + watch, as client-go's reflector does, without client-go.
 //
 // A Decoder reads one event at a time from a stream. A ListWatcher owns the
-// rest: the initial state (streamed on the watch, else a paged list), the
+// rest: the initial state (a paged list, decoded item by item), the
 // watch from its resourceVersion, resuming after a clean end, relisting after
 // 410 Gone, backing off on failures. It hands every object to a Handler and
 // knows nothing of what the objects mean. Memory is bounded by the largest
@@ -47,12 +47,6 @@ type Config struct {
 	Kind         string // expected kind; objects of another are logged and skipped. Empty: any
 	MetadataOnly bool   // ask for each object's metadata alone (PartialObjectMetadata)
 	PageSize     int    // of a paged list [500]; it bounds requests, not memory
-
-	// WatchList streams the initial state on the watch (sendInitialEvents). A
-	// server that refuses or does not honour it turns it off for good: the
-	// loop then lists page by page.
-	WatchList            bool
-	InitialEventsTimeout time.Duration // longest silence before a WatchList's initial-events-end bookmark [30 s]
 
 	// Bounds of each watch's timeoutSeconds, chosen at random to spread the
 	// reconnections of many controllers [300 s, twice the minimum].
@@ -99,9 +93,8 @@ type ListWatcher struct {
 	metrics *Metrics
 
 	// Only the Run goroutine touches these.
-	rv          string // last resourceVersion seen
-	needList    bool   // the next watch needs a fresh list first
-	noWatchList bool   // the server does not stream the initial state
+	rv       string // last resourceVersion seen
+	needList bool   // the next watch needs a fresh list first
 
 	listed, watching, running atomic.Bool
 	lastHealthy               atomic.Int64 // unix nanos of the last time the loop was known in sync
@@ -117,9 +110,6 @@ func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *M
 	}
 	if cfg.MaxWatchTimeout < cfg.MinWatchTimeout {
 		cfg.MaxWatchTimeout = 2 * cfg.MinWatchTimeout
-	}
-	if cfg.InitialEventsTimeout <= 0 {
-		cfg.InitialEventsTimeout = 30 * time.Second
 	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = time.Minute
@@ -161,8 +151,7 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 	lw.needList = true
 	reason := "initial" // why the previous watch ended
 	for ctx.Err() == nil {
-		streamed := lw.needList && lw.cfg.WatchList && !lw.noWatchList
-		if lw.needList && !streamed {
+		if lw.needList {
 			if err := lw.list(ctx); err != nil {
 				if ctx.Err() == nil {
 					lw.log.Error("list failed; retrying", "path", lw.cfg.Path, "err", err)
@@ -174,7 +163,7 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 
 		lw.metrics.WatchStarts.Inc(reason)
 		started := lw.cfg.Now()
-		events, timeout, err := lw.watch(ctx, streamed)
+		events, timeout, err := lw.watch(ctx)
 		lasted := lw.cfg.Now().Sub(started)
 		if events > 0 || lasted >= resetBackOffAfter {
 			bo.Reset()
@@ -184,10 +173,6 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 			break
 		}
 		switch {
-		case errors.Is(err, errNoWatchList):
-			lw.noWatchList = true // every later (re)list is paged, the next one at once
-			reason = "error"
-			lw.log.Warn("server does not stream the initial list; falling back to paged lists", "path", lw.cfg.Path, "err", err)
 		case err == nil: // the server closed the stream: resume from lw.rv at once
 			reason = "eof"
 			if lasted >= timeout-time.Second {
@@ -244,15 +229,6 @@ func (lw *ListWatcher) accept(metadata string) string {
 	return ""
 }
 
-// endList completes a (re)list at resourceVersion rv.
-func (lw *ListWatcher) endList(rv string) {
-	lw.rv = rv
-	lw.h.EndList()
-	lw.needList = false
-	lw.listed.Store(true)
-	lw.markHealthy()
-}
-
 // list reads the whole collection, page by page, and hands every object to
 // the handler.
 func (lw *ListWatcher) list(ctx context.Context) error {
@@ -268,7 +244,11 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 		case meta.ResourceVersion == "":
 			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
 		case meta.Continue == "":
-			lw.endList(meta.ResourceVersion)
+			lw.rv = meta.ResourceVersion
+			lw.h.EndList()
+			lw.needList = false
+			lw.listed.Store(true)
+			lw.markHealthy()
 			return nil
 		}
 		q.Set("continue", meta.Continue)
@@ -293,18 +273,10 @@ func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (listMeta, er
 	})
 }
 
-// errNoWatchList: the server refused or did not honour a WatchList request.
-var errNoWatchList = errors.New("streamed initial list not supported")
-
-// initialEventsEnd annotates the bookmark that closes a WatchList's initial events.
-const initialEventsEnd = "k8s.io/initial-events-end"
-
 // watch opens one watch from lw.rv and dispatches its events until the
 // stream ends; it returns nil for a clean end, the number of events and the
-// timeoutSeconds it asked for. If streamed, it is a WatchList: the initial
-// events are handed over as Synced, and the list ends at the
-// initial-events-end bookmark.
-func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, timeout time.Duration, err error) {
+// timeoutSeconds it asked for.
+func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Duration, err error) {
 	timeout = lw.cfg.MinWatchTimeout
 	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
 		timeout += rand.N(span)
@@ -315,18 +287,10 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {strconv.Itoa(int(timeout.Seconds()))},
 	}
-	if streamed { // the most recent state, read consistently, then changes from there
-		q.Set("resourceVersion", "")
-		q.Set("sendInitialEvents", "true")
-		q.Set("resourceVersionMatch", "NotOlderThan")
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
 	body, err := lw.client.Stream(ctx, lw.cfg.Path, q, lw.accept(MetadataAccept))
 	if err != nil {
-		if streamed && (apiclient.IsInvalid(err) || apiclient.IsBadRequest(err)) { // an older server, or the feature off
-			err = fmt.Errorf("%w: %w", errNoWatchList, err)
-		}
 		return 0, timeout, err
 	}
 	defer body.Close()
@@ -336,27 +300,10 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 		lw.markHealthy()
 	}()
 
-	initial := streamed
-	var stalled atomic.Bool
-	var stall *time.Timer
-	if streamed {
-		lw.h.BeginList()
-		// A server that ignores sendInitialEvents sends the objects and then
-		// nothing: the silence, not the stream's timeout, gives it away.
-		stall = time.AfterFunc(lw.cfg.InitialEventsTimeout, func() {
-			stalled.Store(true)
-			cancel()
-		})
-		defer stall.Stop()
-	}
 	dec := NewDecoder(body)
 	for {
 		ev, err := dec.Next()
 		switch {
-		case initial && stalled.Load():
-			return events, timeout, fmt.Errorf("%w: no %s bookmark after %s of silence", errNoWatchList, initialEventsEnd, lw.cfg.InitialEventsTimeout)
-		case errors.Is(err, io.EOF) && initial:
-			return events, timeout, fmt.Errorf("%w: stream ended before the %s bookmark", errNoWatchList, initialEventsEnd)
 		case errors.Is(err, io.EOF):
 			return events, timeout, nil
 		case errors.As(err, new(*MalformedError)):
@@ -366,9 +313,6 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 		case err != nil:
 			return events, timeout, fmt.Errorf("read watch stream: %w", err)
 		}
-		if initial {
-			stall.Reset(lw.cfg.InitialEventsTimeout)
-		}
 		lw.metrics.Events.Inc(string(ev.Type))
 		lw.metrics.LastEvent.Set(float64(lw.cfg.Now().UnixNano()) / 1e9)
 		switch {
@@ -377,22 +321,10 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 				return events, timeout, st
 			}
 			return events, timeout, &apiclient.StatusError{Code: 500, Message: "ERROR event without a Status object"}
-		case ev.Type == Bookmark && initial && isInitialEventsEnd(ev.Object):
-			stall.Stop()
-			initial = false
-			lw.endList(ev.ResourceVersion)
 		case ev.Type == Bookmark:
-			if !initial {
-				lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
-			}
-		case initial && ev.Type != Added:
-			return events, timeout, fmt.Errorf("%w: %s event before the %s bookmark", errNoWatchList, ev.Type, initialEventsEnd)
+			lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
 		default:
-			if initial {
-				ev.Type = Synced // the current state, not a change
-			} else {
-				lw.rv = ev.ResourceVersion
-			}
+			lw.rv = ev.ResourceVersion
 			if kind := gjson.GetBytes(ev.Object, "kind").String(); lw.cfg.Kind != "" && kind != "" && kind != lw.cfg.Kind {
 				lw.log.Warn("skipping event for another kind", "kind", kind, "rv", ev.ResourceVersion)
 			} else {
@@ -401,10 +333,6 @@ func (lw *ListWatcher) watch(ctx context.Context, streamed bool) (events int, ti
 		}
 		events++
 	}
-}
-
-func isInitialEventsEnd(object []byte) bool {
-	return gjson.GetBytes(object, "metadata.annotations."+gjson.Escape(initialEventsEnd)).String() == "true"
 }
 
 // Metrics of the loop.

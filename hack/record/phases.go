@@ -87,7 +87,8 @@ func (r *recorder) recordCached(ctx context.Context) error {
 		return err
 	}
 
-	// WatchList from the watch cache, as config-watcher's ConfigMap loops start.
+	// WatchList from the watch cache: what the server serves (config-watcher
+	// lists in pages instead; docs/memory.md says why).
 	q = url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
 		"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"2"}}
 	s, bad, err = r.watch(ctx, r.configMaps(), q, "watchlist-cached.ndjson")
