@@ -14,7 +14,8 @@
 #   burst    BENCH_BURST (500) annotated ConfigMaps, each selecting its own pod,
 #            changed at once; every pod deleted exactly once? time to the last DELETE
 #   memory   5,000 then 20,000 ConfigMaps of 1 KiB (half annotated) in one namespace:
-#   + start  exec -> /readyz 200, then RSS (VmRSS, VmHWM) once the process is quiet.
+#   + start  exec -> /readyz 200, then RSS (VmRSS, VmHWM) once the process is quiet;
+#            the informer also made to read JSON (INFORMER_JSON=true), for the start.
 #            Not for the script: it has no readiness, and replaying 20,000 ADDED events
 #            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
@@ -91,6 +92,7 @@ start() {
 	case $name in
 	config-watcher) cmd=("$work/config-watcher") ;;
 	informer) cmd=("$work/informer") ;;
+	informer-json) cmd=(env INFORMER_JSON=true "$work/informer") ;;
 	shell) cmd=(bash "$bench_dir/shell/config-watcher-controller.sh") ;;
 	floor) cmd=("$work/benchtool" floor) ;;
 	esac
@@ -176,7 +178,7 @@ step "memory and start: $MEM_SMALL ConfigMaps of 1 KiB, half annotated"
 ns=bench-mem
 bt ns -api "$CW_PROXY_URL" -ns "$ns"
 bt create -api "$CW_PROXY_URL" -ns "$ns" -n "$MEM_SMALL"
-for c in config-watcher informer; do
+for c in config-watcher informer informer-json; do
 	start "$c" "$ns" start5k
 	bt quiesce -pid "${PID[$c]}"
 	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric rss5k
@@ -185,7 +187,7 @@ done
 
 step "memory and start: $MEM_LARGE ConfigMaps"
 bt create -api "$CW_PROXY_URL" -ns "$ns" -from "$MEM_SMALL" -n $((MEM_LARGE - MEM_SMALL))
-for c in config-watcher informer; do
+for c in config-watcher informer informer-json; do
 	start "$c" "$ns" start20k
 	bt quiesce -pid "${PID[$c]}"
 	bt mem -pid "${PID[$c]}" -controller "$c" -results "$RESULTS" -metric rss20k

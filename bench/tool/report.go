@@ -289,6 +289,20 @@ func cmdSummary(args []string) error {
 		line += " | " + ratio(v[0], v[1], ok[0], ok[1]) + " | " + ratio(v[0], v[2], ok[0], ok[2])
 		fmt.Println(line + " | " + q.target + " |")
 	}
+	// client-go's core clients ask for protobuf; config-watcher reads JSON. The
+	// informer made to read JSON shows how much of the start is the wire format.
+	if _, ok := get("informer-json", "start20k"); ok {
+		fmt.Println()
+		fmt.Println("| start: exec → /readyz 200, same run | config-watcher (JSON) | informer (protobuf, its default) | informer made to read JSON | cw / informer | cw / informer JSON |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, q := range []struct{ key, name string }{{"start5k", "5,000 CMs (ms)"}, {"start20k", "20,000 CMs (ms)"}} {
+			cw, okC := get("config-watcher", q.key)
+			inf, okI := get("informer", q.key)
+			js, okJ := get("informer-json", q.key)
+			fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", q.name, cell(cw, okC, "%.0f"), cell(inf, okI, "%.0f"), cell(js, okJ, "%.0f"),
+				ratio(cw, inf, okC, okI), ratio(cw, js, okC, okJ))
+		}
+	}
 	if floor := stats(lat["floor"]); floor.n > 0 {
 		cw, inf := stats(lat["config-watcher"]), stats(lat["informer"])
 		fmt.Println()
