@@ -65,17 +65,7 @@ bench: ## config-watcher vs the book's script and a client-go informer on a fres
 	bash bench/run.sh
 
 fuzz-short: ## every fuzz target for FUZZ_TIME (10s) each, about 1 min; a crash is saved under testdata/fuzz/ and fails
-	@targets=$$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort); \
-	[[ -n $$targets ]] || { echo "no fuzz targets found" >&2; exit 1; }; \
-	failed=(); \
-	for file in $$targets; do \
-		pkg=./$$(dirname "$${file#./}"); \
-		for fn in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' "$$file"); do \
-			echo "==> fuzz $$pkg $$fn for $(FUZZ_TIME)"; \
-			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZ_TIME) "$$pkg" || failed+=("$$pkg $$fn"); \
-		done; \
-	done; \
-	if (( $${#failed[@]} )); then printf 'fuzz-short: FAILED: %s\n' "$${failed[@]}" >&2; exit 1; fi
+	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh
 
 record: ## re-record testdata/recorded/ from two fresh control planes (a few min)
 	bash hack/record.sh
