@@ -219,6 +219,7 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	body := metrics()
 	assert.Contains(t, body, `config_watcher_events_total{type="MODIFIED"} 1`)
 	assert.Contains(t, body, `config_watcher_build_info{`)
+	assert.Contains(t, body, `config_watcher_reconciles_total{result="gone"} 0`, "every result is exported from the start")
 	assert.Contains(t, body, "config_watcher_leader 1")
 	fc.mu.Lock()
 	assert.Equal(t, 1, fc.cmLists, "the ConfigMap loop lists once, then watches")

@@ -412,7 +412,7 @@ type Metrics struct {
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
 		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
-			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError),
+			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result.", "result",
 			"deleted", "not_found", "conflict", "error", "dry_run"),
 		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; stuck: a disruption budget blocked it past EVICT_TIMEOUT.", "result",
