@@ -83,7 +83,6 @@ if [[ -z ${CW_PROXY_URL:-} ]]; then
 	eval "$("$repo/hack/cluster.sh" env)"
 fi
 bt() { "$work/benchtool" "$@"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 rm -f "$work/faultproxy.addr"
 "$work/faultproxy" -listen 127.0.0.1:0 -upstream "$CW_PROXY_URL" -addr-file "$work/faultproxy.addr" >"$work/faultproxy.log" 2>&1 &
@@ -104,7 +103,7 @@ echo "controller,namespace,configmaps,data_mb,start_hwm_mib,steady_rss_mib,relis
 # forced relist (410 on the next ConfigMap watch) and the peak after it.
 measure() {
 	local name=$1 ns=$2 count=$3 port url pid start_hwm rss relist_hwm="" relists
-	port=$(free_port)
+	port=$(cw_free_port)
 	url="http://127.0.0.1:$port"
 	local cmd=("$work/$name")
 	env WATCH_NAMESPACE="$ns" API_URL="$fault" HTTP_ADDR="127.0.0.1:$port" LOG_LEVEL=warn \
@@ -173,7 +172,7 @@ bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4
 # index_rss POD_INDEX: steady RSS (KiB) of config-watcher watching every namespace.
 index_rss() {
 	local port pid rss
-	port=$(free_port)
+	port=$(cw_free_port)
 	env WATCH_NAMESPACE='*' POD_INDEX="$1" API_URL="$fault" HTTP_ADDR="127.0.0.1:$port" LOG_LEVEL=warn \
 		"$work/benchtool" spawn -controller config-watcher -log "$work/podindex-$1.log" -pidfile "$work/podindex.pid" \
 		-ready "http://127.0.0.1:$port/readyz" -timeout 300s -- "$work/config-watcher" >/dev/null

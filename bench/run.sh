@@ -82,13 +82,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # start NAME NS [START_METRIC]: runs controller NAME watching NS through the proxy.
 # With START_METRIC (and a readiness endpoint), records exec -> /readyz 200.
 start() {
 	local name=$1 ns=$2 metric=${3:-} port ready=() cmd
-	port=$(free_port)
+	port=$(cw_free_port)
 	case $name in
 	config-watcher) cmd=("$work/config-watcher") ;;
 	informer) cmd=("$work/informer") ;;

@@ -88,7 +88,6 @@ cleanup() {
 trap cleanup EXIT
 
 bt() { "$work/benchtool" "$@"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ns_name() { printf 'scale-%02d' "$1"; }
 
 step "building config-watcher, the informer and bench/tool"
@@ -141,7 +140,7 @@ meter() { curl -fsS "http://$(<"$work/$1.meter")/_meter"; }
 # time from exec to /readyz 200.
 launch() {
 	local name=$1 port cmd envs=() i
-	port=$(free_port)
+	port=$(cw_free_port)
 	rm -f "$work/$name.meter"
 	"$work/benchtool" meter -upstream "$api" -addr-file "$work/$name.meter" & # not through bt: $! must be the meter itself, to stop it
 	METER[$name]=$!

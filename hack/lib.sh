@@ -42,6 +42,9 @@ cw_kubectl() {
 # cw_elapsed SECONDS prints a duration as "3m07s".
 cw_elapsed() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
+# cw_free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
+cw_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 # cw_cluster_down RC WHAT stops the control plane of $CW_STATE_DIR (for the EXIT trap of
 # a script that started it). When RC is not 0 the state dir (component logs, audit log
 # and whatever WHAT wrote there) is kept for a look, and its path printed.
