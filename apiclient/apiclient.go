@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,7 +31,8 @@ type Client struct {
 	base      *url.URL
 	http      *http.Client
 	userAgent string
-	// RequestTimeout bounds every request but a Stream, body included.
+	// RequestTimeout bounds every request but a Stream, body included; for
+	// GetBody, each silence of the body instead of the whole body.
 	RequestTimeout time.Duration
 }
 
@@ -64,15 +66,17 @@ func (c *Client) Get(ctx context.Context, path string, query url.Values, accept 
 }
 
 // GetBody reads path and returns the response body as it arrives, for answers
-// too large to hold at once (a list page). The caller closes it.
+// too large to hold at once (a list page). The caller closes it. A page of
+// large objects over a slow link may take longer than RequestTimeout; only a
+// body that stops for that long is cut.
 func (c *Client) GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	return c.open(ctx, false, http.MethodGet, path, query, accept, "", nil)
+	return c.open(ctx, readPaced, http.MethodGet, path, query, accept, "", nil)
 }
 
 // Stream opens a long-running GET (a watch), which only ctx ends, and returns
 // its body once the server has answered 2xx. The caller closes it.
 func (c *Client) Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	return c.open(ctx, true, http.MethodGet, path, query, accept, "", nil)
+	return c.open(ctx, readStream, http.MethodGet, path, query, accept, "", nil)
 }
 
 // Delete deletes the object at path; body is a DeleteOptions document or nil.
@@ -97,7 +101,7 @@ func (c *Client) MergePatch(ctx context.Context, path string, patch []byte) ([]b
 }
 
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, accept, contentType string, body []byte) ([]byte, error) {
-	answer, err := c.open(ctx, false, method, path, query, accept, contentType, body)
+	answer, err := c.open(ctx, readWhole, method, path, query, accept, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -109,19 +113,38 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return data, nil
 }
 
+// How RequestTimeout bounds a request.
+type reading int
+
+const (
+	readWhole  reading = iota // the request, body included
+	readPaced                 // the wait for the answer, then each silence of the body
+	readStream                // not at all: only ctx ends a watch
+)
+
 // open sends a request and returns the body of a 2xx answer, which the
-// caller closes. RequestTimeout bounds it until then, unless it is a stream.
-func (c *Client) open(ctx context.Context, stream bool, method, path string, query url.Values, accept, contentType string, body []byte) (io.ReadCloser, error) {
+// caller closes.
+func (c *Client) open(ctx context.Context, how reading, method, path string, query url.Values, accept, contentType string, body []byte) (io.ReadCloser, error) {
 	cancel := context.CancelFunc(func() {})
-	if !stream && c.RequestTimeout > 0 {
+	paced := &cancelOnClose{timeout: c.RequestTimeout}
+	switch {
+	case c.RequestTimeout <= 0 || how == readStream:
+	case how == readWhole:
 		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
+	case how == readPaced:
+		ctx, cancel = context.WithCancel(ctx)
+		paced.idle = time.AfterFunc(c.RequestTimeout, func() {
+			paced.stalled.Store(true)
+			cancel()
+		})
 	}
 	req, err := c.newRequest(ctx, method, path, query, accept, contentType, body)
 	if err != nil {
+		paced.stop()
 		cancel()
 		return nil, err
 	}
-	if stream {
+	if how == readStream {
 		// kube-apiserver may gzip a watch, and the compressor then holds
 		// events back (docs/memory.md). Lists stay compressed: through
 		// the ambassador that costs less than copying them whole.
@@ -129,26 +152,56 @@ func (c *Client) open(ctx context.Context, stream bool, method, path string, que
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		paced.stop()
 		cancel()
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, paced.explain(err))
 	}
 	if resp.StatusCode/100 != 2 {
+		paced.stop()
 		defer cancel()
 		defer resp.Body.Close()
 		return nil, statusFromResponse(resp)
 	}
-	return &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}, nil
+	paced.ReadCloser, paced.cancel = resp.Body, cancel
+	return paced, nil
 }
 
-// cancelOnClose releases a request's timeout with its body.
+// cancelOnClose releases a request's timeout with its body and, for a paced
+// body, restarts the timeout after every read.
 type cancelOnClose struct {
 	io.ReadCloser
-	cancel context.CancelFunc
+	cancel  context.CancelFunc
+	timeout time.Duration
+	idle    *time.Timer // nil unless paced
+	stalled atomic.Bool // the idle timer cut the body
+}
+
+func (b *cancelOnClose) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.idle != nil && err == nil {
+		b.idle.Reset(b.timeout)
+	}
+	return n, b.explain(err)
 }
 
 func (b *cancelOnClose) Close() error {
+	b.stop()
 	defer b.cancel()
 	return b.ReadCloser.Close()
+}
+
+func (b *cancelOnClose) stop() {
+	if b.idle != nil {
+		b.idle.Stop()
+	}
+}
+
+// explain names the idle timer as the cause of an error it caused.
+func (b *cancelOnClose) explain(err error) error {
+	if err != nil && b.stalled.Load() {
+		return fmt.Errorf("no data for %s: %w", b.timeout, context.DeadlineExceeded)
+	}
+	return err
 }
 
 // newRequest is the one place requests are built: base URL, path, query
