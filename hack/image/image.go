@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // File is one file of the image: Src on this machine, Dst its absolute path in the image.
@@ -62,7 +63,8 @@ func (s Spec) validate() error {
 	return nil
 }
 
-// Build assembles a single-layer linux/amd64 image from spec.
+// Build assembles a single-layer linux image for arch from spec, with OCI media types
+// throughout, so that it can sit in an OCI image index beside its other platforms.
 func Build(spec Spec, arch string) (v1.Image, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
@@ -71,11 +73,12 @@ func Build(spec Spec, arch string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar))
+	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar), tarball.WithMediaType(types.OCILayer))
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: spec.Created}, CreatedBy: "hack/image", Comment: "files: " + dsts(spec.Files)},
 	})

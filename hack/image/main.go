@@ -34,7 +34,16 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	switch args := os.Args[1:]; {
+	case len(args) > 0 && args[0] == "release":
+		err = runRelease(args[1:])
+	case len(args) > 0 && args[0] == "cabundle":
+		err = writeCABundle(args[1:])
+	default:
+		err = run(args)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -111,6 +120,18 @@ func run(args []string) error {
 	}
 	fmt.Printf("%s %s %s\n", *out, tag.Name(), digest)
 	return nil
+}
+
+// writeCABundle is `image cabundle FILE`: the pinned CA bundle the images carry.
+func writeCABundle(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: image cabundle FILE")
+	}
+	ca, err := caBundle()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(args[0], ca, 0o644)
 }
 
 // parseFile reads SRC=DST[:MODE].
