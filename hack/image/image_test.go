@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -189,5 +190,19 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			_, statErr := os.Stat(out)
 			assert.True(t, os.IsNotExist(statErr), "tarball written despite the error")
 		})
+	}
+}
+
+func tarNames(t *testing.T, data []byte) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return names
+		}
+		require.NoError(t, err)
+		names = append(names, h.Name)
 	}
 }
