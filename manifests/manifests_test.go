@@ -35,6 +35,10 @@ var allowedRules = []string{
 }
 
 const (
+	// A release labels every object's metadata with its version (hack/image, make
+	// release); a selector is immutable, so the version in one would make the next
+	// release's apply fail, and in a pod template it would restart pods for a label.
+	versionLabel    = "app.kubernetes.io/version"
 	controllerImage = "ghcr.io/k8spatterns/config-watcher"
 	deleteSelector  = "k8spatterns.io/podDeleteSelector"
 )
@@ -60,6 +64,7 @@ var containerChecks = []check{
 	{"EveryPodUsesRuntimeDefaultSeccomp", checkSeccomp},
 	{"EveryContainerHasRequestsAndMemoryLimit", checkResources},
 	{"EveryImageIsPinned", checkPinnedImages},
+	{"NoSelectorOrPodTemplateCarriesTheVersion", checkVersionNotInSelectors},
 }
 
 // baseChecks hold for manifests/ (the controller).
@@ -172,6 +177,14 @@ var violations = []violation{
 	}},
 	{"ImageLatest", ".", "EveryImageIsPinned", func(t *testing.T, o []obj) []obj {
 		container(t, o, "config-watcher")["image"] = "localhost:5000/config-watcher:latest"
+		return o
+	}},
+	{"VersionInDeploymentSelector", ".", "NoSelectorOrPodTemplateCarriesTheVersion", func(t *testing.T, o []obj) []obj {
+		dig(find(t, o, "Deployment", "config-watcher"), "spec", "selector", "matchLabels").(map[string]any)[versionLabel] = "v1.0.0"
+		return o
+	}},
+	{"VersionInPodTemplate", "demo", "NoSelectorOrPodTemplateCarriesTheVersion", func(t *testing.T, o []obj) []obj {
+		dig(find(t, o, "Deployment", "webapp"), "spec", "template", "metadata", "labels").(map[string]any)[versionLabel] = "v1.0.0"
 		return o
 	}},
 	{"WildcardVerb", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
@@ -427,6 +440,18 @@ func checkPinnedImages(objs []obj) []string {
 		_, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
 		if !ok || tag == "" || tag == "latest" {
 			bad = append(bad, fmt.Sprintf("%s: image %q is not pinned to a tag or digest", c.where, image))
+		}
+	}
+	return bad
+}
+
+func checkVersionNotInSelectors(objs []obj) []string {
+	var bad []string
+	for _, o := range objs {
+		for _, path := range [][]string{{"spec", "selector", "matchLabels"}, {"spec", "selector"}, {"spec", "template", "metadata", "labels"}} {
+			if labels, ok := dig(o, path...).(map[string]any); ok && labels[versionLabel] != nil {
+				bad = append(bad, fmt.Sprintf("%s %s: %s holds %s", o["kind"], nameOf(o), strings.Join(path, "."), versionLabel))
+			}
 		}
 	}
 	return bad
