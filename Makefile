@@ -12,8 +12,13 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
 FUZZ_TIME ?= 10s
+# make release: the version to build, and the image repository the install files name.
+VERSION   ?=
+IMAGE     ?= ghcr.io/k8spatterns/config-watcher
+# The workflows' linter, pinned; built from the Go module proxy on first use.
+ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-test image-e2e node e2e-node demo-node
+.PHONY: help build vet unit release release-test fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-test image-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -29,10 +34,11 @@ demo-node: image-e2e ## the book's demo on a real kubelet: the pods serve the ne
 build: ## build bin/config-watcher
 	$(GO) build -o bin/config-watcher .
 
-vet: ## go vet, e2e files included
+vet: ## go vet, e2e files included; actionlint on .github/workflows
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) vet -tags 'e2e e2enode' ./e2e/...
+	$(ACTIONLINT)
 
 unit: ## unit tests with the race detector (about 1 min)
 	$(GO) test -race ./...
@@ -40,16 +46,23 @@ unit: ## unit tests with the race detector (about 1 min)
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-test: vet unit image-test fuzz-short compose-check e2e e2e-node ## everything CI runs: vet, unit, fuzz-short, compose-check, e2e, e2e-node (root; about 10 min warm)
+test: vet unit image-test release-test fuzz-short compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, fuzz-short, compose-check, e2e, e2e-node (root; about 10 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
 
-image-test: ## vet and unit tests of hack/image, a module of its own
-	cd hack/image && $(GO) vet ./... && $(GO) test -count=1 ./...
+image-test: ## vet and unit tests of hack/image, a module of its own (the workflows' names and paths included)
+	cd hack/image && $(GO) vet ./... && $(GO) vet -tags release ./... && $(GO) test -count=1 ./...
 
 clean: ## remove build output (not the cached control plane)
-	rm -rf bin
+	rm -rf bin dist
+
+##@ release
+release: ## dist/ for VERSION=vX.Y.Z [IMAGE=repo]: both platforms' images, install.yaml by digest, SBOM, SHA256SUMS (docs/deployment.md)
+	VERSION=$(VERSION) IMAGE=$(IMAGE) bash hack/release.sh
+
+release-test: ## make release twice (identical SHA256SUMS?), then the dist/ tests, a push to a loopback registry included
+	bash hack/release-test.sh
 
 ##@ heavy (each starts processes on all cores; run one at a time)
 e2e: ## e2e suite on a fresh local control plane, up, test, always down (about 4 min; E2E_FLAGS)
