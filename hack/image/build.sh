@@ -2,9 +2,12 @@
 # Writes the images as tarballs into bin/images/, with no container engine and no
 # registry (the assembler is hack/image, a module of its own):
 #
-#   config-watcher.tar  ghcr.io/k8spatterns/config-watcher:$VERSION: the static binary
-#                       (CGO_ENABLED=0), the CA bundle, 65532:65532. Same content as the
-#                       Dockerfile's result, without distroless' /etc/passwd and tzdata.
+#   config-watcher.tar  ghcr.io/k8spatterns/config-watcher:$VERSION: the static linux
+#                       binary for this machine's architecture (CGO_ENABLED=0), the CA
+#                       bundle (Mozilla's roots from the Go module go.mod pins, not this
+#                       machine's), 65532:65532. Same content as the Dockerfile's
+#                       result, without distroless' /etc/passwd and tzdata. A release's
+#                       images for both platforms: make release (hack/release.sh).
 #
 # With --e2e, also the images the e2e node runs under the manifests' exact names, none
 # of which can be pulled here:
@@ -29,22 +32,24 @@ VERSION="${VERSION:-$(awk '/name: ghcr.io\/k8spatterns\/config-watcher/ {getline
 # Reproducible by default: the time of the last commit, else 0.
 SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}"
 export SOURCE_DATE_EPOCH
-CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
-[[ -f $CA_BUNDLE ]] || cw_die "no CA bundle at $CA_BUNDLE (Debian: apt-get install ca-certificates; or set CA_BUNDLE)"
+# Linux binaries whatever the host (a Mac builds for a kind node), of the host's
+# architecture, which the assembler records (-arch defaults to it).
+export GOOS=linux GOARCH="$(go env GOHOSTARCH)" CGO_ENABLED=0
 
 out="$repo/bin/images"
 work="$repo/bin/image-build"
 mkdir -p "$out" "$work"
 
 assembler="$work/image"
-(cd "$image_dir" && go build -o "$assembler" .)
+(cd "$image_dir" && GOOS= GOARCH= go build -o "$assembler" .)
+"$assembler" cabundle "$work/ca-certificates.crt"
 
 cw_log "building config-watcher $VERSION (static)"
-(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$work/config-watcher" .)
+(cd "$repo" && go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$work/config-watcher" .)
 "$assembler" -ref "ghcr.io/k8spatterns/config-watcher:$VERSION" -o "$out/config-watcher.tar" \
 	-entrypoint /config-watcher -user 65532:65532 -port 8080/tcp \
 	-file "$work/config-watcher=/config-watcher:0755" \
-	-file "$CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt:0644" \
+	-file "$work/ca-certificates.crt=/etc/ssl/certs/ca-certificates.crt:0644" \
 	-label org.opencontainers.image.title=config-watcher \
 	-label org.opencontainers.image.source=https://github.com/k8spatterns/config-watcher \
 	-label "org.opencontainers.image.version=$VERSION"
@@ -56,9 +61,9 @@ cw_log "building the e2e images: ambassador (kubectl v$CW_KUBE_VERSION), pause, 
 "$assembler" -ref "registry.k8s.io/kubectl:v$CW_KUBE_VERSION" -o "$out/kubectl.tar" \
 	-entrypoint /bin/kubectl -user 65532:65532 \
 	-file "$CW_NODE_BIN_DIR/kubectl-static=/bin/kubectl:0755"
-(cd "$image_dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./cmd/pause)
+(cd "$image_dir" && go build -trimpath -ldflags "-s -w" -o "$work/pause" ./cmd/pause)
 "$assembler" -ref registry.k8s.io/pause:3.10.2 -o "$out/pause.tar" \
 	-entrypoint /pause -user 65535:65535 -file "$work/pause=/pause:0755"
-(cd "$image_dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/http-echo" ./cmd/http-echo)
+(cd "$image_dir" && go build -trimpath -ldflags "-s -w" -o "$work/http-echo" ./cmd/http-echo)
 "$assembler" -ref docker.io/hashicorp/http-echo:1.0.0 -o "$out/http-echo.tar" \
 	-entrypoint /http-echo -user 65532:65532 -port 5678/tcp -file "$work/http-echo=/http-echo:0755"
