@@ -1,17 +1,22 @@
-// Command image assembles a container image from files on this machine, without a
-// container engine or a registry, and writes it as a tarball that `docker load`,
-// `kind load image-archive`, `ctr images import` and `crane push` read.
+// Command image assembles container images from files on this machine, without a
+// container engine or a registry, and writes a release's dist/.
 //
-// It is what `make image` runs: the controller's image holds the static binary and a
-// CA bundle, owned by root and run as 65532:65532, as the Dockerfile's result does.
+// `image -ref …` is what `make image` runs: one image as a tarball that `docker load`,
+// `kind load image-archive`, `ctr images import` and `crane push` read. The
+// controller's image holds the static binary and a CA bundle, owned by root and run as
+// 65532:65532, as the Dockerfile's result does. `image release` is what `make release`
+// runs (release.go); `image cabundle FILE` writes the pinned CA bundle (cabundle.go).
 // Timestamps come from SOURCE_DATE_EPOCH (default 0), so the same inputs give the same
-// digest. It lives in its own module so that go-containerregistry never enters the
-// controller's go.mod.
+// digest. It lives in its own module so that go-containerregistry and kustomize never
+// enter the controller's go.mod.
 //
 // Usage:
 //
 //	image -ref NAME:TAG -o OUT.tar -entrypoint /bin/x -user 65532:65532 \
 //	      -file SRC=DST[:MODE] [-file …] [-port 8080/tcp] [-label K=V] [-env K=V] [-cmd ARG]
+//	image release -version vX.Y.Z -image REPO -revision COMMIT -manifests DIR -o DIST \
+//	      -bin amd64=PATH -bin arm64=PATH
+//	image cabundle FILE
 package main
 
 import (
