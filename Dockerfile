@@ -4,7 +4,11 @@
 #
 #   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/k8spatterns/config-watcher:v0.1.0 .
 #
-# Base images are pinned by tag. Pin them by digest in your release pipeline
+# For those who build with Docker. The released images are not built from this file:
+# `make release` assembles them without Docker, for linux/amd64 and linux/arm64, with a
+# pinned CA bundle (docs/deployment.md, "Release files").
+#
+# Base images are pinned by tag. Pin them by digest where you build
 # (`docker buildx imagetools inspect IMAGE` prints it); no digest is written here because
 # none could be verified where this file was written.
 

@@ -48,9 +48,9 @@ func dockerArchiveFile(arch string) string { return "config-watcher-linux-" + ar
 
 // installs are the install files and the kustomization under manifests/ each renders.
 // An optional part (a kustomize component) becomes one more row.
-var installs = []struct{ file, dir string }{
-	{"install.yaml", "."},
-	{"install-cluster-wide.yaml", "cluster-wide"},
+var installs = []struct{ file, dir, watches string }{
+	{"install.yaml", ".", "the namespace " + installNamespace},
+	{"install-cluster-wide.yaml", "cluster-wide", "every namespace"},
 }
 
 // semver: what `make release VERSION=` accepts, and what a tag v* must look like.
@@ -179,7 +179,7 @@ func (r release) write(dist string) error {
 		}
 	}
 	for _, in := range installs {
-		y, err := r.render(in.dir, digest.String())
+		y, err := r.render(in.dir, in.watches, digest.String())
 		if err != nil {
 			return err
 		}
@@ -246,7 +246,7 @@ func (r release) index(work string) (v1.ImageIndex, []v1.Image, error) {
 // manifests/dir with the image pinned by digest, every object in installNamespace and
 // labelled with the version. The label goes on metadata only: a selector is immutable,
 // so a version in it would make the next release's apply fail.
-func (r release) render(dir, digest string) ([]byte, error) {
+func (r release) render(dir, watches, digest string) ([]byte, error) {
 	base, err := filepath.Abs(filepath.Join(r.manifests, dir))
 	if err != nil {
 		return nil, err
@@ -285,9 +285,10 @@ labels:
 	if err != nil {
 		return nil, err
 	}
-	header := fmt.Sprintf("# config-watcher %s (%s): kubectl apply -f this file.\n"+
-		"# Rendered from manifests/%s at %s by sigs.k8s.io/kustomize/api %s; image pinned by digest.\n",
-		r.version, installNamespace, strings.TrimPrefix(dir, "."), r.revision, moduleVersion("sigs.k8s.io/kustomize/api"))
+	header := fmt.Sprintf("# config-watcher %s: kubectl apply -f this file. It installs into the namespace %s\n"+
+		"# and watches %s. Rendered from manifests/%s at %s\n"+
+		"# by sigs.k8s.io/kustomize/api %s; the image is pinned by digest.\n",
+		r.version, installNamespace, watches, strings.TrimPrefix(dir, "."), r.revision, moduleVersion("sigs.k8s.io/kustomize/api"))
 	return append([]byte(header), y...), nil
 }
 
