@@ -1,7 +1,8 @@
 # config-watcher: build, test, demo. `make help` lists the targets.
 #
-# `make test` is what CI runs (.ci/run): go vet, the unit tests with the race detector,
-# fuzz-short, the compose check, the e2e suite on a real local control plane (built once,
+# `make test` is what CI runs (.ci/run): go vet (actionlint included), the unit tests with
+# the race detector, the release built twice and its files checked, fuzz-short, the
+# compose check, the e2e suite on a real local control plane (built once,
 # 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md), then the
 # e2e-node suite on a real kubelet (its binaries: 17-40 min cold, cached the same way).
 

@@ -10,7 +10,7 @@
 # environment cannot add a dirty tree's), the commit's time for every timestamp, the
 # CA bundle from a Go module go.mod pins, kustomize from a pinned module.
 #
-# Usage: hack/release.sh      (VERSION, IMAGE, DIST from the environment)
+# Usage: hack/release.sh      (VERSION, IMAGE, SOURCE, DIST from the environment)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +19,8 @@ source "$repo/hack/lib.sh"
 
 : "${VERSION:?set VERSION, e.g. make release VERSION=v0.2.0}"
 IMAGE="${IMAGE:-ghcr.io/k8spatterns/config-watcher}"
+# The repository the image's source label and the SBOM point to (a fork's own).
+SOURCE="${SOURCE:-https://github.com/k8spatterns/config-watcher}"
 DIST="${DIST:-$repo/dist}"
 ARCHES=(amd64 arm64)
 
@@ -43,7 +45,7 @@ for arch in "${ARCHES[@]}"; do
 		-o "$work/linux-$arch/config-watcher" .)
 	bins+=(-bin "$arch=$work/linux-$arch/config-watcher")
 done
-"$work/image" release -version "$VERSION" -image "$IMAGE" -revision "$revision" \
+"$work/image" release -version "$VERSION" -image "$IMAGE" -source "$SOURCE" -revision "$revision" \
 	-manifests "$repo/manifests" -o "$DIST" "${bins[@]}"
 cw_log "wrote $DIST:"
 (cd "$DIST" && ls -l)
