@@ -36,8 +36,8 @@ const (
 	sumsFile       = "SHA256SUMS"
 	versionLabel   = "app.kubernetes.io/version"
 	defaultImage   = "ghcr.io/k8spatterns/config-watcher"
-	// The namespace install.yaml installs into and watches (the cluster-wide file:
-	// installs into, watches every namespace). Set on every object, so that
+	// The namespace both install files install into; install.yaml watches it,
+	// install-cluster-wide.yaml every namespace. Set on every object, so that
 	// `kubectl apply -f` lands there whatever the context's namespace is.
 	installNamespace = "default"
 )
