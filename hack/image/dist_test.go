@@ -271,17 +271,40 @@ func TestDistVersionLabelOnMetadataOnly(t *testing.T) {
 	}
 }
 
-// TestDistUpgradesInPlace ensures the install files have the names, kinds and selectors
-// of manifests/ as a user applies it: the next release applied over this one then
-// updates the same objects instead of failing or duplicating them.
+// releasedIdentities are the kinds, names and selectors a release has promised: the
+// next release applied over one must find the same objects (a selector cannot change).
+// Changing one is a breaking change that CHANGELOG.md must explain with a migration.
+var releasedIdentities = map[string][]string{
+	"install.yaml": {
+		"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+		"Role/config-watcher selector=null",
+		"RoleBinding/config-watcher selector=null",
+		"ServiceAccount/config-watcher selector=null",
+	},
+	"install-cluster-wide.yaml": {
+		"ClusterRole/config-watcher selector=null",
+		"ClusterRoleBinding/config-watcher selector=null",
+		"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+		"Role/config-watcher selector=null",
+		"RoleBinding/config-watcher selector=null",
+		"ServiceAccount/config-watcher selector=null",
+	},
+}
+
+// TestDistUpgradesInPlace ensures the install files have the kinds, names and selectors
+// that releases promise, and those of manifests/ as a user applies it: the next
+// release applied over this one then updates the same objects instead of failing or
+// duplicating them.
 func TestDistUpgradesInPlace(t *testing.T) {
 	for _, in := range installs {
 		t.Run(in.file, func(t *testing.T) {
+			got := identities(objects(t, in.file))
+			assert.Equal(t, releasedIdentities[in.file], got)
 			m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "manifests", in.dir))
 			require.NoError(t, err)
 			y, err := m.AsYaml()
 			require.NoError(t, err)
-			assert.Equal(t, identities(decodeYAML(t, y)), identities(objects(t, in.file)))
+			assert.Equal(t, identities(decodeYAML(t, y)), got)
 		})
 	}
 }
