@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/selector"
 )
 
@@ -189,12 +190,20 @@ func (c *config) validate() error {
 		return errors.New("LEADER_ELECT=true needs POD_NAME: it is the replica's identity in the Lease")
 	case !c.RecordHash:
 		return errors.New("LEADER_ELECT=true needs RECORD_HASH=true: a standby learns what the leader did from the recorded hashes, and would otherwise repeat its restarts after a failover")
-	case c.RenewDeadline <= c.RetryPeriod:
-		return errors.New("RENEW_DEADLINE must be longer than RETRY_PERIOD")
-	case c.LeaseDuration <= c.RenewDeadline:
-		return errors.New("LEASE_DURATION must be longer than RENEW_DEADLINE: a leader must stop acting before its lease can be taken")
 	}
-	return nil
+	return c.election().Validate()
+}
+
+// election is the leader election's configuration.
+func (c *config) election() leader.Config {
+	return leader.Config{
+		Namespace:     c.LeaseNamespace,
+		Name:          c.LeaseName,
+		Identity:      c.PodName,
+		LeaseDuration: c.LeaseDuration,
+		RenewDeadline: c.RenewDeadline,
+		RetryPeriod:   c.RetryPeriod,
+	}
 }
 
 // loadConfig reads each setting from its flag if given, else from its

@@ -101,14 +101,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 	var elector *leader.Elector
 	if cfg.LeaderElect {
-		elector, err = leader.New(leader.Config{
-			Namespace:     cfg.LeaseNamespace,
-			Name:          cfg.LeaseName,
-			Identity:      cfg.PodName,
-			LeaseDuration: cfg.LeaseDuration,
-			RenewDeadline: cfg.RenewDeadline,
-			RetryPeriod:   cfg.RetryPeriod,
-		}, client, log, func(leads bool) {
+		elector, err = leader.New(cfg.election(), client, log, func(leads bool) {
 			v := 0.0
 			if leads {
 				v = 1

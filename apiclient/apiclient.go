@@ -70,13 +70,38 @@ func (c *Client) Get(ctx context.Context, path string, query url.Values, accept 
 // large objects over a slow link may take longer than RequestTimeout; only a
 // body that stops for that long is cut.
 func (c *Client) GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	return c.open(ctx, readPaced, http.MethodGet, path, query, accept, "", nil)
+	ctx, cancel := context.WithCancel(ctx)
+	body := newIdleBody(c.RequestTimeout, cancel)
+	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
+	if err != nil {
+		body.Close()
+		return nil, err
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		body.Close()
+		return nil, body.explain(err)
+	}
+	body.ReadCloser = resp.Body
+	return body, nil
 }
 
 // Stream opens a long-running GET (a watch), which only ctx ends, and returns
 // its body once the server has answered 2xx. The caller closes it.
 func (c *Client) Stream(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error) {
-	return c.open(ctx, readStream, http.MethodGet, path, query, accept, "", nil)
+	req, err := c.newRequest(ctx, http.MethodGet, path, query, accept, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	// kube-apiserver may gzip a watch, and the compressor then holds events
+	// back (docs/memory.md). Lists stay compressed: through the ambassador
+	// that costs less than copying them whole.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
 }
 
 // Delete deletes the object at path; body is a DeleteOptions document or nil.
@@ -100,104 +125,87 @@ func (c *Client) MergePatch(ctx context.Context, path string, patch []byte) ([]b
 	return c.do(ctx, http.MethodPatch, path, nil, contentJSON, contentMergePatch, patch)
 }
 
+// do sends a request and reads the whole answer, both within RequestTimeout.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, accept, contentType string, body []byte) ([]byte, error) {
-	answer, err := c.open(ctx, readWhole, method, path, query, accept, contentType, body)
+	if c.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
+		defer cancel()
+	}
+	req, err := c.newRequest(ctx, method, path, query, accept, contentType, body)
 	if err != nil {
 		return nil, err
 	}
-	defer answer.Close()
-	data, err := io.ReadAll(io.LimitReader(answer, maxResponseBytes))
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: read body: %w", method, path, err)
 	}
 	return data, nil
 }
 
-// How RequestTimeout bounds a request.
-type reading int
-
-const (
-	readWhole  reading = iota // the request, body included
-	readPaced                 // the wait for the answer, then each silence of the body
-	readStream                // not at all: only ctx ends a watch
-)
-
-// open sends a request and returns the body of a 2xx answer, which the
-// caller closes.
-func (c *Client) open(ctx context.Context, how reading, method, path string, query url.Values, accept, contentType string, body []byte) (io.ReadCloser, error) {
-	cancel := context.CancelFunc(func() {})
-	paced := &cancelOnClose{timeout: c.RequestTimeout}
-	switch {
-	case c.RequestTimeout <= 0 || how == readStream:
-	case how == readWhole:
-		ctx, cancel = context.WithTimeout(ctx, c.RequestTimeout)
-	case how == readPaced:
-		ctx, cancel = context.WithCancel(ctx)
-		paced.idle = time.AfterFunc(c.RequestTimeout, func() {
-			paced.stalled.Store(true)
-			cancel()
-		})
-	}
-	req, err := c.newRequest(ctx, method, path, query, accept, contentType, body)
-	if err != nil {
-		paced.stop()
-		cancel()
-		return nil, err
-	}
-	if how == readStream {
-		// kube-apiserver may gzip a watch, and the compressor then holds
-		// events back (docs/memory.md). Lists stay compressed: through
-		// the ambassador that costs less than copying them whole.
-		req.Header.Set("Accept-Encoding", "identity")
-	}
+// send sends a request built by newRequest and returns a 2xx answer, whose
+// body the caller closes; any other answer becomes a *StatusError.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
-		paced.stop()
-		cancel()
-		return nil, fmt.Errorf("%s %s: %w", method, path, paced.explain(err))
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		paced.stop()
-		defer cancel()
 		defer resp.Body.Close()
 		return nil, statusFromResponse(resp)
 	}
-	paced.ReadCloser, paced.cancel = resp.Body, cancel
-	return paced, nil
+	return resp, nil
 }
 
-// cancelOnClose releases a request's timeout with its body and, for a paced
-// body, restarts the timeout after every read.
-type cancelOnClose struct {
+// idleBody ends its request when nothing arrives for timeout: the wait for
+// the answer, then each silence of the body. A slow but steady body is never
+// cut, a stalled one never hangs its reader.
+type idleBody struct {
 	io.ReadCloser
-	cancel  context.CancelFunc
 	timeout time.Duration
-	idle    *time.Timer // nil unless paced
-	stalled atomic.Bool // the idle timer cut the body
+	cancel  context.CancelFunc
+	timer   *time.Timer // nil: no timeout
+	stalled atomic.Bool // the timer ended the request
 }
 
-func (b *cancelOnClose) Read(p []byte) (int, error) {
+func newIdleBody(timeout time.Duration, cancel context.CancelFunc) *idleBody {
+	b := &idleBody{timeout: timeout, cancel: cancel}
+	if timeout > 0 {
+		b.timer = time.AfterFunc(timeout, func() {
+			b.stalled.Store(true)
+			cancel()
+		})
+	}
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if b.idle != nil && err == nil {
-		b.idle.Reset(b.timeout)
+	if b.timer != nil && err == nil {
+		b.timer.Reset(b.timeout)
 	}
 	return n, b.explain(err)
 }
 
-func (b *cancelOnClose) Close() error {
-	b.stop()
-	defer b.cancel()
+// Close stops the timer and ends the request; the body, once there, is closed too.
+func (b *idleBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.cancel()
+	if b.ReadCloser == nil {
+		return nil
+	}
 	return b.ReadCloser.Close()
 }
 
-func (b *cancelOnClose) stop() {
-	if b.idle != nil {
-		b.idle.Stop()
-	}
-}
-
-// explain names the idle timer as the cause of an error it caused.
-func (b *cancelOnClose) explain(err error) error {
+// explain names the timer as the cause of an error it caused.
+func (b *idleBody) explain(err error) error {
 	if err != nil && b.stalled.Load() {
 		return fmt.Errorf("no data for %s: %w", b.timeout, context.DeadlineExceeded)
 	}

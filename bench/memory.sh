@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Memory against ConfigMap volume (issue 12): peak RSS (VmHWM) at start and after a
+# Memory against ConfigMap volume: peak RSS (VmHWM) at start and after a
 # forced relist, and steady RSS, with 0, 10, 40 and 200 ConfigMaps of 900 KB (0, 9,
 # 36, 180 MB; none annotated, plus one annotated webapp-config) in the watched
 # namespace, then WATCH_NAMESPACE=* over that namespace and a second one of 40 more.
-# config-watcher (this tree), config-watcher as of BENCH_MEM_BEFORE (default: main;
+# config-watcher (this tree), config-watcher built from BENCH_MEM_BEFORE (default: main;
 # empty skips it) and the client-go informer baseline (bench/informer) run one at a
 # time in the same run, each through the same fault proxy (hack/faultproxy, no fault
 # but the forced relist: the next ConfigMap watch answered 410) in front of the same
@@ -23,18 +23,13 @@
 # BENCH_MEM_BEFORE (main), BENCH_PODS (5000), BENCH_RESULTS. About 5 minutes on 2 cores.
 set -euo pipefail
 
-bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$bench_dir")"
-# shellcheck source=hack/lib.sh disable=SC1091
-source "$repo/hack/lib.sh"
-
-RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
+BENCH_STEP_PREFIX="memory: "
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 COUNTS=(${BENCH_BIG_COUNTS:-0 10 40 200})
 SIZE="${BENCH_BIG_SIZE:-900000}"
 BEFORE="${BENCH_MEM_BEFORE-main}"
 PODS="${BENCH_PODS:-5000}"
-
-step() { printf '\n==> [%s] memory: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 own_work=""
 own_cluster=""

@@ -20,7 +20,7 @@
 #            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
 #   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
-#            (900 KB each), config-watcher (and as of main) against the informer
+#            (900 KB each), config-watcher (and built from main) against the informer
 #
 # About 15 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
@@ -30,12 +30,9 @@
 # skips it.
 set -euo pipefail
 
-bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$bench_dir")"
-# shellcheck source=hack/lib.sh disable=SC1091
-source "$repo/hack/lib.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
 CHANGES="${BENCH_CHANGES:-40}"
 BURST="${BENCH_BURST:-500}"
 IDLE_SECONDS="${BENCH_IDLE_SECONDS:-60}"
@@ -43,12 +40,6 @@ MEM_SMALL="${BENCH_MEM_SMALL:-5000}"
 MEM_LARGE="${BENCH_MEM_LARGE:-20000}"
 CONTROLLERS=(config-watcher informer shell)
 
-for tool in curl jq python3; do
-	command -v "$tool" >/dev/null || cw_die "$tool not found (apt-get install $tool)"
-done
-
-step() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
-bench_start=$SECONDS
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench.XXXXXX")
 export CW_STATE_DIR

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cluster scale (issue 15): one controller watching every namespace (WATCH_NAMESPACE=*)
+# Cluster scale: one controller watching every namespace (WATCH_NAMESPACE=*)
 # while the cluster's pods grow, on a fresh control plane of its own (hack/cluster.sh in a
 # new state dir, stopped at the end). A scripted measurement, not a test: it prints
 # progress and a table, and writes bench/results/scale.csv (or $BENCH_RESULTS/scale.csv).
@@ -30,12 +30,9 @@
 # About 30 minutes on 2 cores with the defaults. Needs curl, jq, python3.
 set -euo pipefail
 
-bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$bench_dir")"
-# shellcheck source=hack/lib.sh disable=SC1091
-source "$repo/hack/lib.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
 NAMESPACES="${BENCH_SCALE_NS:-50}"
 SELECTED="${BENCH_SCALE_SELECTED:-100}"
 read -r -a STEPS <<<"${BENCH_SCALE_PODS:-0 10000 50000}"
@@ -43,12 +40,6 @@ IDLE="${BENCH_SCALE_IDLE:-900}"
 BASE="${BENCH_SCALE_BASE:-}"
 ANNOTATION=k8spatterns.io/podDeleteSelector
 
-for tool in curl jq python3; do
-	command -v "$tool" >/dev/null || cw_die "$tool not found (apt-get install $tool)"
-done
-
-step() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
-bench_start=$SECONDS
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-scale.XXXXXX")
 export CW_STATE_DIR
 CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-scale-cluster.XXXXXX")

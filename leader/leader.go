@@ -35,11 +35,11 @@ func (c Config) Validate() error {
 	case c.Identity == "":
 		return errors.New("an identity (POD_NAME) is required")
 	case c.RetryPeriod <= 0:
-		return errors.New("retry period must be positive")
+		return errors.New("RETRY_PERIOD must be positive")
 	case c.RenewDeadline <= c.RetryPeriod:
-		return errors.New("renew deadline must be longer than the retry period")
+		return errors.New("RENEW_DEADLINE must be longer than RETRY_PERIOD")
 	case c.LeaseDuration <= c.RenewDeadline:
-		return errors.New("lease duration must be longer than the renew deadline")
+		return errors.New("LEASE_DURATION must be longer than RENEW_DEADLINE: a leader must stop acting before its lease can be taken")
 	}
 	return nil
 }

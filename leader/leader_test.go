@@ -232,8 +232,8 @@ func TestUnsafeTimingsRefused(t *testing.T) {
 	}{
 		{"NoIdentity", func(c *Config) { c.Identity = "" }, "identity"},
 		{"NoName", func(c *Config) { c.Name = "" }, "lease namespace and name"},
-		{"RenewNotLongerThanRetry", func(c *Config) { c.RenewDeadline = c.RetryPeriod }, "renew deadline"},
-		{"LeaseNotLongerThanRenew", func(c *Config) { c.LeaseDuration = c.RenewDeadline }, "lease duration"},
+		{"RenewNotLongerThanRetry", func(c *Config) { c.RenewDeadline = c.RetryPeriod }, "RENEW_DEADLINE must be longer than RETRY_PERIOD"},
+		{"LeaseNotLongerThanRenew", func(c *Config) { c.LeaseDuration = c.RenewDeadline }, "LEASE_DURATION must be longer than RENEW_DEADLINE"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig("a")

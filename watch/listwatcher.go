@@ -52,7 +52,7 @@ type Config struct {
 	// reconnections of many controllers [300 s, twice the minimum].
 	MinWatchTimeout, MaxWatchTimeout time.Duration
 
-	NewBackOff func() backoff.BackOff               // retry policy [DefaultBackOff]
+	NewBackOff func() backoff.BackOff               // retry policy, never stopping [DefaultBackOff]
 	ReadyGrace time.Duration                        // still ready this long after the last open watch, while it reconnects [60 s]
 	Now        func() time.Time                     // [time.Now]
 	After      func(time.Duration) <-chan time.Time // waits between retries [time.After]
@@ -66,7 +66,7 @@ func DefaultBackOff() backoff.BackOff {
 		backoff.WithInitialInterval(800*time.Millisecond),
 		backoff.WithRandomizationFactor(0.5),
 		backoff.WithMultiplier(2),
-		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithMaxInterval(maxBackOff),
 		backoff.WithMaxElapsedTime(0), // a controller never gives up on its API server
 	)
 }
@@ -78,6 +78,7 @@ const (
 	// resetBackOffAfter: only a watch with events or open this long resets the
 	// backoff, so a server dropping every stream still meets growing delays.
 	resetBackOffAfter = 2 * time.Minute
+	maxBackOff        = 30 * time.Second
 	maxRetryAfter     = 5 * time.Minute // bounds a server's Retry-After
 	// watchSlack lets the server end a watch at its timeoutSeconds before the
 	// client gives up on a silent connection.
@@ -204,7 +205,7 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
 	d := bo.NextBackOff()
 	if d == backoff.Stop {
-		d = lw.cfg.MinWatchTimeout // a custom policy gave up; we do not
+		d = maxBackOff // a policy that gives up is a mistake: a controller never does
 	}
 	d = max(d, min(apiclient.RetryAfter(err), maxRetryAfter))
 	select {

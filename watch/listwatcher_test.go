@@ -507,20 +507,19 @@ func TestListWatcherBackOffOnQuickEmptyWatches(t *testing.T) {
 }
 
 // TestListWatcherBackOffStopStillWaits ensures a backoff policy that gives up
-// (returns backoff.Stop) does not make the loop retry at once: it waits
-// MinWatchTimeout, as documented in wait.
+// (returns backoff.Stop) does not make the loop retry at once, nor stop it:
+// it waits the default policy's longest delay.
 func TestListWatcherBackOffStopStillWaits(t *testing.T) {
 	api := newFakeAPI(t).onList(oneItemList()).onWatch(status(http.StatusInternalServerError, internalStatus))
 	srv := api.start()
 	l := newLoop(t, srv.URL, Config{
-		Kind:            "ConfigMap",
-		MinWatchTimeout: 7 * time.Minute,
-		NewBackOff:      func() backoff.BackOff { return &backoff.StopBackOff{} },
+		Kind:       "ConfigMap",
+		NewBackOff: func() backoff.BackOff { return &backoff.StopBackOff{} },
 	}).run(t)
 	api.waitWatches(t, 2)
 	l.stop(t)
 
-	assert.Equal(t, []time.Duration{7 * time.Minute}, l.after.requested())
+	assert.Equal(t, []time.Duration{maxBackOff}, l.after.requested())
 }
 
 // TestListWatcherReadyAndAlive ensures Alive follows Run, and Ready is false

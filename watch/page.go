@@ -13,8 +13,12 @@ type listMeta struct {
 	Continue        string `json:"continue"`
 }
 
-// errNotAList is a page that is not a JSON object with an items array.
-var errNotAList = errors.New("not a list")
+// errNotAList is a page that is JSON, but not an object with an items
+// array; errInvalidJSON one that is not JSON.
+var (
+	errNotAList    = errors.New("not a list")
+	errInvalidJSON = errors.New("not valid JSON")
+)
 
 // readPage decodes one list page from r as it arrives and calls item for each
 // element of its items array. item's argument is reused for the next one
@@ -89,7 +93,7 @@ func pageError(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	if syntax, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return fmt.Errorf("%w: not valid JSON at byte %d", errNotAList, syntax.Offset)
+		return fmt.Errorf("%w at byte %d", errInvalidJSON, syntax.Offset)
 	}
 	return err
 }

@@ -66,7 +66,7 @@ func TestReadPageCutAnywhereFails(t *testing.T) {
 	body = strings.TrimRight(body, "\n")
 	for cut := 0; cut < len(body); cut++ {
 		_, _, err := pageItems(strings.NewReader(body[:cut]))
-		if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errNotAList) {
+		if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errInvalidJSON) {
 			t.Fatalf("page cut after %d of %d bytes: got %v, want an unexpected EOF", cut, len(body), err)
 		}
 	}

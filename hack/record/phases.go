@@ -87,29 +87,6 @@ func (r *recorder) recordCached(ctx context.Context) error {
 		return err
 	}
 
-	// WatchList from the watch cache: what the server serves (config-watcher
-	// lists in pages instead; docs/memory.md says why).
-	q = url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
-		"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"2"}}
-	s, bad, err = r.watch(ctx, r.configMaps(), q, "watchlist-cached.ndjson")
-	if err != nil {
-		return err
-	}
-	if s == nil {
-		return fmt.Errorf("WatchList (watch cache on): HTTP %d: %s", bad.status, truncate(bad.body))
-	}
-	types, err = s.finish(30 * time.Second)
-	if err != nil {
-		return err
-	}
-	if len(types) < 3 || !slices.Equal(types[:3], []string{"ADDED", "ADDED", "BOOKMARK"}) {
-		return fmt.Errorf("WatchList (watch cache on) gave %v, want 2 ADDED then the initial-events-end BOOKMARK", types)
-	}
-	if err := r.note("watchlist-cached.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
-		fmt.Sprintf("WatchList (`sendInitialEvents`) served from the watch cache: events %v; the first BOOKMARK is annotated `k8s.io/initial-events-end` and carries the list's resourceVersion, then the server's timeout ends the stream", types)); err != nil {
-		return err
-	}
-
 	if err := r.recordWatchEvents(ctx, list.ResourceVersion); err != nil {
 		return err
 	}
@@ -476,26 +453,7 @@ func (r *recorder) recordUncached(ctx context.Context) error {
 		return err
 	}
 
-	// WatchList: the initial state as ADDED events, then a BOOKMARK annotated
-	// k8s.io/initial-events-end on the same connection.
-	q = url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
-		"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"3"}}
-	s, bad, err = r.watch(ctx, r.configMaps(), q, "watchlist-initial-events.ndjson")
-	if err != nil {
-		return err
-	}
-	if s == nil {
-		if err := r.save("watchlist-status.json", bad.body); err != nil {
-			return err
-		}
-		return r.note("watchlist-status.json", pathOf(r.configMaps(), q), bad.status, bad.contentType, "a WatchList request, refused")
-	}
-	types, err := s.finish(30 * time.Second)
-	if err != nil {
-		return err
-	}
-	return r.note("watchlist-initial-events.ndjson", pathOf(r.configMaps(), q), s.status, s.contentType,
-		fmt.Sprintf("WatchList (`sendInitialEvents`): events %v; the BOOKMARK is annotated `k8s.io/initial-events-end`", types))
+	return nil
 }
 
 // setUpWebapp creates the book's objects: webapp-config, other-config and the webapp
