@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -64,6 +65,7 @@ func parseConfigMap(raw []byte, selectorAnnotation string) (configMap, error) {
 // dataHash digests data and binaryData length-prefixed with sorted keys, so
 // that different content never gives the same stream and the server's key
 // order and escaping do not matter (binaryData as its canonical base64).
+// Keys and values are read as the server serves them (served).
 // TestDigestIsPinned pins it: records written earlier must keep matching.
 func dataHash(data, binaryData gjson.Result) digest {
 	h := sha256.New()
@@ -88,7 +90,7 @@ func writeSection(h hash.Hash, name string, s gjson.Result) {
 		}
 		var members []member
 		s.ForEach(func(k, v gjson.Result) bool {
-			members = append(members, member{k.String(), v})
+			members = append(members, member{served(k.String()), v})
 			return true
 		})
 		slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.key, b.key) })
@@ -105,11 +107,34 @@ func writeSection(h hash.Hash, name string, s gjson.Result) {
 func writeValue(h hash.Hash, v gjson.Result) {
 	if v.Type == gjson.String {
 		h.Write([]byte{'s'})
-		writeString(h, v.String())
+		writeString(h, served(v.String()))
 		return
 	}
 	h.Write([]byte{'r'})
 	writeString(h, v.Raw)
+}
+
+// served returns s as the API server would serve it: each byte that is not
+// part of valid UTF-8 as one U+FFFD, as encoding/json decodes and encodes
+// it (strings.ToValidUTF8 would make a whole run of them one U+FFFD). A
+// server never sends invalid UTF-8, but the same content must have one
+// digest however it was encoded; gjson passes such bytes through.
+func served(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 func writeString(h hash.Hash, s string) {

@@ -171,7 +171,10 @@ func hasDuplicateKeys(raw []byte, obj map[string]any) bool {
 // is persisted in RestartedForAnnotation on users' ConfigMaps, and a new
 // value for the same data would restart every annotated ConfigMap's pods
 // once after an upgrade. The values were computed by the first release's
-// implementation; never update them.
+// implementation; never update them. Reading invalid UTF-8 as U+FFFD
+// (TestDigestReadsInvalidUTF8AsTheServerServesIt) changed no pinned value:
+// a real server never sends invalid UTF-8, so no stored record depends on
+// how it hashed.
 func TestDigestIsPinned(t *testing.T) {
 	const meta = `"metadata":{"name":"c","namespace":"n"}`
 	for _, tt := range []struct{ name, raw, want string }{
@@ -198,6 +201,33 @@ func TestDigestIsPinned(t *testing.T) {
 			cm, err := parseConfigMap([]byte(tt.raw), DefaultSelectorAnnotation)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, cm.hash.String())
+		})
+	}
+}
+
+// TestDigestReadsInvalidUTF8AsTheServerServesIt ensures a key or value
+// with bytes that are not UTF-8 hashes like the text the API server would
+// serve for it, which is what encoding/json makes of it: each such byte one
+// U+FFFD, never one for a whole run of them. Each case's text is both a key
+// and its value.
+func TestDigestReadsInvalidUTF8AsTheServerServesIt(t *testing.T) {
+	for _, tt := range []struct{ name, raw, served string }{
+		{"OneInvalidByte", "\xff", "\uFFFD"},
+		{"SeveralInvalidBytesInARowSeveralReplacements", "a\xff\xfe\x80b", "a\uFFFD\uFFFD\uFFFDb"},
+		{"ValidMultiByteRunesUntouched", "ž\xff東\xc0京😀", "ž\uFFFD東\uFFFD京😀"},
+		{"TruncatedRuneAtTheEnd", "東\xe4\xba", "東\uFFFD\uFFFD"},
+		{"EncodedSurrogate", "\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"},
+		{"OverlongEncoding", "\xc0\xaf", "\uFFFD\uFFFD"},
+		{"AfterAnEscape", "\\n\xff", "\n\uFFFD"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := `{"metadata":{"name":"c","namespace":"n"},"data":{"` + tt.raw + `":"` + tt.raw + `"}}`
+			var obj struct{ Data map[string]string }
+			require.NoError(t, json.Unmarshal([]byte(raw), &obj))
+			require.Equal(t, map[string]string{tt.served: tt.served}, obj.Data, "the served form is encoding/json's")
+			cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
+			require.NoError(t, err)
+			assert.Equal(t, digestOf(t, obj.Data), cm.hash.String())
 		})
 	}
 }
