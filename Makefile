@@ -1,10 +1,13 @@
 # config-watcher: build, test, demo. `make help` lists the targets.
 #
 # `make test` is what CI runs (.ci/run): go vet (actionlint included), the unit tests with
-# the race detector, the release built twice and its files checked, fuzz-short, the
+# the race detector (every fuzz target's seed corpus included; no exploration, so the same
+# tree gives the same result), the release built twice and its files checked, the
 # compose check, the e2e suite on a real local control plane (built once,
 # 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md), then the
 # e2e-node suite on a real kubelet (its binaries: 17-40 min cold, cached the same way).
+# `make fuzz` explores every fuzz target for FUZZ_TIME each; it is not in `make test`: run it
+# before resolving a change to parsing, and fix and keep every input it finds.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -12,14 +15,14 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 GO        ?= go
 E2E_FLAGS ?= -count=1 -v -timeout 20m
-FUZZ_TIME ?= 10s
+FUZZ_TIME ?= 30s
 # make release: the version to build, and the image repository the install files name.
 VERSION   ?=
 IMAGE     ?= ghcr.io/k8spatterns/config-watcher
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit release release-test fuzz-short compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-test image-e2e node e2e-node demo-node
+.PHONY: help build vet unit release release-test fuzz compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench clean image image-test image-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -41,13 +44,13 @@ vet: ## go vet, e2e files included; actionlint on .github/workflows
 	$(GO) vet -tags 'e2e e2enode' ./e2e/...
 	$(ACTIONLINT)
 
-unit: ## unit tests with the race detector (about 1 min)
+unit: ## unit tests with the race detector, every fuzz target's seed corpus included (about 1 min)
 	$(GO) test -race ./...
 
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-test: vet unit image-test release-test fuzz-short compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, fuzz-short, compose-check, e2e, e2e-node (root; about 10 min warm)
+test: vet unit image-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, compose-check, e2e, e2e-node (root; about 10 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
@@ -78,7 +81,7 @@ soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report
 bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 45 min: 15, then 30 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
-fuzz-short: ## every fuzz target for FUZZ_TIME (10s) each, about 1 min; a crash is saved under testdata/fuzz/ and fails
+fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, about 3 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh
 
 record: ## re-record testdata/recorded/ from two fresh control planes (a few min)

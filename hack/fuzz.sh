@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for FUZZ_TIME (default 10s) each. A crash
-# is saved under the package's testdata/fuzz/ and fails the run.
+# `make fuzz`: explores every fuzz target of the module for FUZZ_TIME (default
+# 30s) each. An input that fails is saved under the package's testdata/fuzz/,
+# where plain `go test` (make unit) replays it from then on, and fails the run.
+# Not part of `make test`: exploration can find an input on any run, and CI's
+# result must depend on the tree only.
 #
 # Go 1.26's fuzz coordinator can fail a target with a bare "context deadline
 # exceeded" when -fuzztime ends while a worker is busy (go.dev/issue/75804,
@@ -9,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO="${GO:-go}"
-FUZZ_TIME="${FUZZ_TIME:-10s}"
+FUZZ_TIME="${FUZZ_TIME:-30s}"
 
 targets=$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . | sort)
 [[ -n $targets ]] || { echo "no fuzz targets found" >&2; exit 1; }
@@ -37,6 +40,6 @@ for file in $targets; do
 	done
 done
 if ((${#failed[@]})); then
-	printf 'fuzz-short: FAILED: %s\n' "${failed[@]}" >&2
+	printf 'fuzz: FAILED: %s\n' "${failed[@]}" >&2
 	exit 1
 fi
