@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
@@ -44,10 +45,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// API is what the election needs of *apiclient.Client. Its tests put an
+// in-memory Lease behind it: a loopback connection would keep a fake clock
+// from moving, and on a real clock a busy machine can make any renewal late.
+type API interface {
+	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	Create(ctx context.Context, path string, body []byte) ([]byte, error)
+	Update(ctx context.Context, path string, body []byte) ([]byte, error)
+}
+
+var _ API = (*apiclient.Client)(nil)
+
 // Elector campaigns for the Lease and runs the leader's work while it holds it.
 type Elector struct {
 	cfg Config
-	api *apiclient.Client
+	api API
 	log *slog.Logger
 
 	// The last Lease record seen and when (our clock) it last changed:
@@ -63,7 +75,7 @@ type Elector struct {
 
 // New returns an elector. onChange, if not nil, is called with true when
 // leadership starts and false when it ends (for a metric).
-func New(cfg Config, api *apiclient.Client, log *slog.Logger, onChange func(bool)) (*Elector, error) {
+func New(cfg Config, api API, log *slog.Logger, onChange func(bool)) (*Elector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

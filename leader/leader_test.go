@@ -1,17 +1,20 @@
 package leader
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +26,12 @@ import (
 // leaseServer is an API server holding one Lease with kube-apiserver's
 // optimistic locking: create answers 409 if it exists, update answers 409
 // unless the resourceVersion matches. failing makes it answer 500.
+//
+// It is the candidates' API in memory: the election tests run in a synctest
+// bubble, whose clock moves only while every goroutine waits, so a renewal
+// is never late because the machine was busy (on a real clock, a leader
+// starved for RenewDeadline stepped down mid-test). A loopback connection
+// would keep that clock from moving.
 type leaseServer struct {
 	mu       sync.Mutex
 	lease    map[string]any // nil: absent
@@ -30,14 +39,38 @@ type leaseServer struct {
 	updates  int
 	releases int // updates that left the Lease without a holder
 	failing  atomic.Bool
-	srv      *httptest.Server
+	// Lead functions running, of all candidates, and how often one
+	// started while another ran.
+	leading, overlaps atomic.Int32
 }
 
-func newLeaseServer(t *testing.T) *leaseServer {
-	s := &leaseServer{}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	return s
+var _ API = (*leaseServer)(nil)
+
+func (s *leaseServer) Get(ctx context.Context, path string, _ url.Values, _ string) ([]byte, error) {
+	return s.call(ctx, http.MethodGet, path, nil)
+}
+
+func (s *leaseServer) Create(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return s.call(ctx, http.MethodPost, path, body)
+}
+
+func (s *leaseServer) Update(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return s.call(ctx, http.MethodPut, path, body)
+}
+
+// call answers as apiclient would: a non-2xx answer is a *StatusError.
+func (s *leaseServer) call(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rec := httptest.NewRecorder()
+	s.serve(rec, httptest.NewRequest(method, path, bytes.NewReader(body)))
+	if rec.Code/100 != 2 {
+		e := apiclient.StatusFromJSON(rec.Body.Bytes())
+		e.Code = rec.Code
+		return nil, e
+	}
+	return rec.Body.Bytes(), nil
 }
 
 func status(w http.ResponseWriter, code int, reason string) {
@@ -118,20 +151,23 @@ type candidate struct {
 	terms   atomic.Int32
 }
 
+// runCandidate runs an elector on s, inside the test's bubble.
 func runCandidate(t *testing.T, s *leaseServer, cfg Config) *candidate {
-	api, err := apiclient.New(s.srv.URL, "test")
-	require.NoError(t, err)
-	e, err := New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	e, err := New(cfg, s, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{e: e, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		e.Run(ctx, func(ctx context.Context) {
+			if s.leading.Add(1) > 1 {
+				s.overlaps.Add(1)
+			}
 			c.leading.Add(1)
 			c.terms.Add(1)
 			<-ctx.Done()
 			c.leading.Add(-1)
+			s.leading.Add(-1)
 		})
 	}()
 	t.Cleanup(c.stop)
@@ -140,86 +176,111 @@ func runCandidate(t *testing.T, s *leaseServer, cfg Config) *candidate {
 
 func (c *candidate) stop() { c.cancel(); <-c.done }
 
-const waitFor = 5 * time.Second
+// after lets d of the bubble's time pass and every candidate act on it.
+func after(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
 
 // TestSingleCandidateLeads ensures a lone replica creates the Lease, leads,
-// and releases the Lease when it stops.
+// keeps renewing it, and releases the Lease when it stops.
 func TestSingleCandidateLeads(t *testing.T) {
-	s := newLeaseServer(t)
-	c := runCandidate(t, s, testConfig("a"))
-	require.Eventually(t, c.e.Leading, waitFor, time.Millisecond)
-	assert.Equal(t, "a", s.holder())
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.updates >= 2 }, waitFor, time.Millisecond, "the leader renews")
-	assert.True(t, c.e.Leading())
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseServer{}
+		cfg := testConfig("a")
+		c := runCandidate(t, s, cfg)
+		synctest.Wait()
+		require.True(t, c.e.Leading(), "leads at once")
+		assert.Equal(t, "a", s.holder())
+		after(10 * cfg.LeaseDuration)
+		s.mu.Lock()
+		assert.GreaterOrEqual(t, s.updates, 100, "the leader renews every RetryPeriod")
+		s.mu.Unlock()
+		assert.True(t, c.e.Leading())
+		assert.Equal(t, int32(1), c.terms.Load(), "one term all along")
 
-	c.stop()
-	assert.False(t, c.e.Leading())
-	assert.Equal(t, "", s.holder(), "a stopping leader releases the Lease")
-	assert.Equal(t, int32(0), c.leading.Load())
+		c.stop()
+		assert.False(t, c.e.Leading())
+		assert.Equal(t, "", s.holder(), "a stopping leader releases the Lease")
+		assert.Equal(t, int32(0), c.leading.Load())
+	})
 }
 
 // TestOneLeaderAtATime ensures that of several candidates exactly one
-// leads, never two at once, and a standby takes over at once when the
-// leader releases the Lease on shutdown.
+// leads, never two at once, and a standby takes over within a RetryPeriod
+// when the leader releases the Lease on shutdown, not after LeaseDuration.
 func TestOneLeaderAtATime(t *testing.T) {
-	s := newLeaseServer(t)
-	cs := []*candidate{runCandidate(t, s, testConfig("a")), runCandidate(t, s, testConfig("b")), runCandidate(t, s, testConfig("c"))}
-	leaders := func() (n int32, who *candidate) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseServer{}
+		cfg := testConfig("a")
+		cs := []*candidate{runCandidate(t, s, cfg), runCandidate(t, s, testConfig("b")), runCandidate(t, s, testConfig("c"))}
+		after(10 * cfg.LeaseDuration)
+		require.Equal(t, int32(1), s.leading.Load(), "exactly one leads")
+		var first *candidate
+		var terms int32
 		for _, c := range cs {
-			if c.leading.Load() > 0 {
-				n += c.leading.Load()
-				who = c
+			if c.leading.Load() == 1 {
+				first = c
 			}
+			terms += c.terms.Load()
 		}
-		return n, who
-	}
-	require.Eventually(t, func() bool { n, _ := leaders(); return n == 1 }, waitFor, time.Millisecond)
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		n, _ := leaders()
-		require.LessOrEqual(t, n, int32(1), "two leaders at once")
-	}
-	_, first := leaders()
-	first.stop()
-	s.mu.Lock()
-	assert.Equal(t, 1, s.releases, "the stopping leader released the Lease, so no standby waits for it to expire")
-	s.mu.Unlock()
-	require.Eventually(t, func() bool { n, _ := leaders(); return n == 1 }, waitFor, time.Millisecond)
+		assert.Equal(t, int32(1), terms, "no standby took over from a leader that kept renewing")
+
+		first.stop()
+		s.mu.Lock()
+		assert.Equal(t, 1, s.releases, "the stopping leader released the Lease, so no standby waits for it to expire")
+		s.mu.Unlock()
+		after(cfg.RetryPeriod * 6 / 5) // the longest retry with its jitter
+		assert.Equal(t, int32(1), s.leading.Load(), "a standby leads")
+		assert.Zero(t, s.overlaps.Load(), "two leaders at once")
+	})
 }
 
 // TestLeaderStopsBeforeLeaseCanBeTaken ensures a leader that cannot renew
 // stops leading within RenewDeadline, before a standby may take the Lease
 // (LeaseDuration after the last renewal it saw).
 func TestLeaderStopsBeforeLeaseCanBeTaken(t *testing.T) {
-	s := newLeaseServer(t)
-	cfg := testConfig("a")
-	c := runCandidate(t, s, cfg)
-	require.Eventually(t, func() bool { return c.leading.Load() == 1 }, waitFor, time.Millisecond)
-	s.failing.Store(true)
-	failedAt := time.Now()
-	require.Eventually(t, func() bool { return c.leading.Load() == 0 }, waitFor, time.Millisecond)
-	assert.True(t, c.e.validUntilTime().Before(failedAt.Add(cfg.LeaseDuration)),
-		"Leading() turned false before a standby could take the Lease")
-	assert.False(t, c.e.Leading())
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseServer{}
+		cfg := testConfig("a")
+		c := runCandidate(t, s, cfg)
+		synctest.Wait()
+		require.Equal(t, int32(1), c.leading.Load())
+		s.failing.Store(true)
+		failedAt := time.Now()
+		after(cfg.RenewDeadline)
+		assert.Equal(t, int32(0), c.leading.Load(), "still leading RenewDeadline after the last renewal")
+		assert.True(t, c.e.validUntilTime().Before(failedAt.Add(cfg.LeaseDuration)),
+			"Leading() turned false before a standby could take the Lease")
+		assert.False(t, c.e.Leading())
 
-	s.failing.Store(false)
-	require.Eventually(t, func() bool { return c.leading.Load() == 1 }, waitFor, time.Millisecond, "it leads again once the API answers")
-	assert.Equal(t, int32(2), c.terms.Load())
+		s.failing.Store(false)
+		after(cfg.RetryPeriod * 6 / 5)
+		assert.Equal(t, int32(1), c.leading.Load(), "it leads again once the API answers")
+		assert.Equal(t, int32(2), c.terms.Load())
+	})
 }
 
 // TestExpiredLeaseIsTaken ensures a Lease whose holder stopped renewing
 // without releasing it (a crash) is taken over after LeaseDuration, judged
-// on the standby's own clock.
+// on the standby's own clock, and not before.
 func TestExpiredLeaseIsTaken(t *testing.T) {
-	s := newLeaseServer(t)
-	s.store(map[string]any{
-		"metadata": map[string]any{"name": "cw", "namespace": "ns"},
-		// A renewTime far in the future: a skewed clock must not matter.
-		"spec": map[string]any{"holderIdentity": "crashed", "leaseDurationSeconds": 0, "renewTime": "2999-01-01T00:00:00.000000Z"},
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseServer{}
+		s.store(map[string]any{
+			"metadata": map[string]any{"name": "cw", "namespace": "ns"},
+			// A renewTime far in the future: a skewed clock must not matter.
+			"spec": map[string]any{"holderIdentity": "crashed", "leaseDurationSeconds": 0, "renewTime": "2999-01-01T00:00:00.000000Z"},
+		})
+		cfg := testConfig("b")
+		c := runCandidate(t, s, cfg)
+		after(cfg.LeaseDuration - cfg.RetryPeriod)
+		assert.False(t, c.e.Leading(), "taken before LeaseDuration")
+		assert.Equal(t, "crashed", s.holder())
+		after(cfg.RetryPeriod + cfg.RetryPeriod*6/5)
+		assert.True(t, c.e.Leading())
+		assert.Equal(t, "b", s.holder())
 	})
-	c := runCandidate(t, s, testConfig("b"))
-	require.Eventually(t, c.e.Leading, waitFor, time.Millisecond)
-	assert.Equal(t, "b", s.holder())
 }
 
 // TestUnsafeTimingsRefused ensures the timing relations that make the election
