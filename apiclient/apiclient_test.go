@@ -3,7 +3,6 @@ package apiclient_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -430,42 +429,5 @@ func TestGetBodyStreamsTheAnswer(t *testing.T) {
 		body, err := newClient(t, srv.URL).GetBody(context.Background(), "/api/v1/namespaces/x/configmaps", nil, "")
 		assert.Nil(t, body)
 		assert.True(t, apiclient.IsNotFound(err), "got %v", err)
-	})
-	t.Run("ASteadyBodyMayOutlastRequestTimeout", func(t *testing.T) {
-		// A page of large objects over a slow link: each part comes well
-		// within RequestTimeout, the whole takes three times as long.
-		srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
-			for i := range 6 {
-				if i > 0 {
-					time.Sleep(100 * time.Millisecond) // the link's pace
-				}
-				fmt.Fprintf(w, "part %d\n", i)
-				w.(http.Flusher).Flush()
-			}
-		})
-		c := newClient(t, srv.URL)
-		c.RequestTimeout = 200 * time.Millisecond
-		started := time.Now()
-		body, err := c.GetBody(context.Background(), "/api/v1/pods", nil, "")
-		require.NoError(t, err)
-		defer body.Close()
-		data, err := io.ReadAll(body)
-		require.NoError(t, err)
-		assert.Equal(t, 6, strings.Count(string(data), "part "))
-		assert.Greater(t, time.Since(started), c.RequestTimeout, "the body took longer than RequestTimeout in all")
-	})
-	t.Run("RequestTimeoutBoundsTheBody", func(t *testing.T) {
-		srv := newRecordingServer(t, func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, `{"items":[`)
-			w.(http.Flusher).Flush()
-			<-r.Context().Done() // the rest of the page never comes
-		})
-		c := newClient(t, srv.URL)
-		c.RequestTimeout = 200 * time.Millisecond
-		body, err := c.GetBody(context.Background(), "/api/v1/pods", nil, "")
-		require.NoError(t, err)
-		defer body.Close()
-		_, err = io.ReadAll(body)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 }
