@@ -81,7 +81,7 @@ soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report
 bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 45 min: 15, then 30 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
-fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, about 5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
+fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh
 
 record: ## re-record testdata/recorded/ from two fresh control planes (a few min)
