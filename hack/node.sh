@@ -162,11 +162,15 @@ stale_mounts() {
 # refuse_stale exits with what an earlier run left and how to clear it: taken as "before",
 # it would make the check blind to it, and its node would still be running.
 refuse_stale() {
-	local cgroups pids mounts c
+	local cgroups pids mounts all c dirs
 	mapfile -t cgroups < <(stale_cgroups)
 	mapfile -t pids < <(stale_pids)
 	mapfile -t mounts < <(stale_mounts)
 	((${#cgroups[@]} + ${#pids[@]} + ${#mounts[@]})) || return 0
+	all=("${pids[@]}")
+	for c in "${cgroups[@]}"; do mapfile -t -O "${#all[@]}" all < <(cgroup_pids "$c"); done
+	dirs=$(for c in "${all[@]}"; do tr '\0' '\n' 2>/dev/null <"/proc/$c/cmdline" || true; done |
+		grep -o '/[^=]*/config-watcher-node\.[^/]*' | sort -u | paste -sd ' ' - || true)
 	{
 		echo "error: an earlier node run was killed before its teardown and left:"
 		for c in "${cgroups[@]}"; do
@@ -176,7 +180,7 @@ refuse_stale() {
 		for c in "${mounts[@]}"; do echo "  mount $c"; done
 		echo "Clear it (kills those processes by PID, removes those cgroups and mounts, nothing else):"
 		echo "  sudo bash $hack_dir/node.sh clear-stale"
-		echo "Its logs stay in ${TMPDIR:-/tmp}/config-watcher-node.*; remove them once read."
+		echo "Its logs stay in ${dirs:-${TMPDIR:-/tmp}/config-watcher-node.*}: remove them once read."
 	} >&2
 	exit 1
 }
@@ -192,8 +196,8 @@ cmd_clear_stale() {
 	fi
 	mapfile -t mounts < <(stale_mounts | tac) # the innermost first
 	for c in "${mounts[@]}"; do
-		cw_log "umount -l $c"
-		umount -l "$c" || true
+		cw_log "umount -l -n $c"
+		umount -l -n "$c" || true # -n: no /run/mount/utab
 	done
 	refuse_stale
 	cw_log "nothing stale left"
