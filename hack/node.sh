@@ -6,6 +6,7 @@
 # with the cluster's environment; everything is torn down when it ends, on failure too.
 #
 # Usage: hack/node.sh run CMD [ARG...]      (make e2e-node, make demo-node)
+#        hack/node.sh clear-stale           (what a killed run left; root)
 #
 # Inside the namespace:
 #   lo          127.0.0.1, and 10.0.0.1: the `kubernetes` Service's ClusterIP (first
@@ -24,14 +25,17 @@
 # kernel.panic_on_oops and kernel.keys.root_max* when they differ from what it wants:
 # inside the mount namespace, files holding those values are bind-mounted over the
 # /proc/sys entries, so it reads what it wants and writes nothing. /var/log,
-# /var/lib/cni and /var/lib/kubelet (fixed paths of the kubelet and CNI, whatever the
-# configuration says) are state-dir bind mounts there too.
+# /var/lib/cni, /var/lib/kubelet and /run/containerd (fixed paths of the kubelet, CNI,
+# the runc shim and runc, whatever the configuration says) are state-dir directories
+# there; nothing is created on the machine for them.
 #
 # Cgroups: the kubelet's cgroupRoot is /cw-node-<pid> in every hierarchy. Every process
 # this script starts runs inside it (the pids hierarchy keeps track of them, shims and
 # containers included); teardown kills what is left there by PID and removes the
-# directories. Then it checks that sysctls, mounts, cgroups and the fixed paths are as
-# they were, and fails if not.
+# directories. Then it checks that sysctls, mounts, cgroups and the paths the node could
+# write are as they were before this run, and fails if not. A run killed before its
+# teardown (SIGKILL, a CI timeout) leaves its cgroups and processes behind: the next run
+# refuses to start until `hack/node.sh clear-stale` has removed them.
 #
 # Environment for CMD: what `hack/cluster.sh env` prints (KUBECONFIG, CW_PROXY_URL,
 # CW_AUDIT_LOG, CW_KUBECTL, …), plus
@@ -68,44 +72,143 @@ usage() {
 
 # --- outside: namespaces, cgroups, teardown and the check that the machine is as before ---
 
+# live_run PID: whether PID is a `node.sh run` now (this one, or another one beside it).
+live_run() {
+	local c
+	c=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+	[[ $c == *"node.sh run "* ]]
+}
+
 snapshot() { # prints what must be the same before and after
-	local kv k
+	local kv k d
 	for kv in "${KERNEL_TUNABLES[@]}"; do
 		k=${kv%%=*}
 		printf 'sysctl %s=%s\n' "$k" "$(<"/proc/sys/$k")"
 	done
 	awk '{print "mount " $5 " " $9}' /proc/self/mountinfo | sort
 	# Ours, and what a kubelet, containerd or runc make when a cgroup parent is not passed.
-	find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d \( -name 'cw-node-*' -o -name 'kubepods*' -o -name k8s.io \
-		-o -name 'kubelet*' -o -name 'containerd*' -o -name 'runtime*' \) -printf 'cgroup %p\n' | sort
-	for k in "${FIXED_PATHS[@]}"; do [[ -e $k ]] && echo "path $k"; done
+	# A node run beside this one comes and goes with its own cgroups: not a change of ours.
+	for d in /sys/fs/cgroup/*/*/; do
+		d=${d%/} k=${d##*/}
+		case $k in
+		cw-node-*) [[ $k == "$ID" ]] || ! live_run "${k#cw-node-}" || continue ;;
+		kubepods* | k8s.io | kubelet* | containerd* | runtime*) ;;
+		*) continue ;;
+		esac
+		echo "cgroup $d"
+	done | sort
+	# What the node's programs write when not redirected: their fixed paths with all they
+	# hold, and the names beside them, so that a path nobody listed shows up too. Mtimes
+	# and sizes below the parents would change with the machine's own work.
+	local fixed=() parents=()
+	for d in "${FIXED_PATHS[@]}"; do [[ -e $d || -L $d ]] && fixed+=("$d"); done
+	((${#fixed[@]})) && find "${fixed[@]}" -printf 'path %y %m %s %T@ %p\n' 2>/dev/null | sort
+	mapfile -t parents < <(printf '%s\n' "${FIXED_PATHS[@]%/*}" | sort -u)
+	find "${parents[@]}" -mindepth 1 -maxdepth 1 -printf 'entry %y %p\n' 2>/dev/null | sort
 	true
 }
 
-# cgroup_pids prints every PID in our cgroup subtree of the pids hierarchy.
+# cgroup_pids ID prints every PID in cgroup ID's subtree of the pids hierarchy.
 cgroup_pids() {
-	[[ -d /sys/fs/cgroup/pids/$ID ]] || return 0
-	find "/sys/fs/cgroup/pids/$ID" -name cgroup.procs -exec cat {} + 2>/dev/null
+	[[ -d /sys/fs/cgroup/pids/$1 ]] || return 0
+	find "/sys/fs/cgroup/pids/$1" -name cgroup.procs -exec cat {} + 2>/dev/null
 }
 
-outer_cleanup() {
-	local rc=$? i pids
-	trap - EXIT INT TERM
-	# Whatever the inner teardown left (it stops the kubelet, containerd and the control
-	# plane gracefully): container processes, shims. SIGKILL by PID, then the cgroups.
+# remove_cgroup ID kills every process left in cgroup ID by PID, then removes ID in every
+# hierarchy. Only PIDs read from the cgroup are killed: nothing of the machine's is in it.
+remove_cgroup() {
+	local id=$1 i pids h
 	for ((i = 0; i < 100; i++)); do
-		mapfile -t pids < <(cgroup_pids)
+		mapfile -t pids < <(cgroup_pids "$id")
 		((${#pids[@]})) || break
-		((i == 0)) && cw_log "killing ${#pids[@]} leftover process(es) of the node by PID"
+		((i == 0)) && cw_log "killing ${#pids[@]} leftover process(es) of $id by PID"
 		kill -KILL "${pids[@]}" 2>/dev/null || true
 		sleep 0.1
 	done
-	local h
 	for h in /sys/fs/cgroup/*/; do
-		[[ -d $h$ID ]] && find "$h$ID" -depth -type d -exec rmdir {} + 2>/dev/null
+		[[ -d $h$id ]] && { find "$h$id" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
 	done
-	local d
-	for d in "${created_dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
+	return 0
+}
+
+# What a run killed before its teardown leaves: its cgroups (with its containerd, kubelet,
+# control plane, shims and containers, which outlive it and keep its namespaces alive),
+# and, should anything have escaped those, processes of the node's programs naming a
+# state dir, and mounts of a state dir in the machine's namespace.
+stale_cgroups() {
+	local d k
+	for d in /sys/fs/cgroup/*/cw-node-*/; do
+		[[ -d $d ]] || continue
+		d=${d%/} k=${d##*/}
+		live_run "${k#cw-node-}" || echo "$k"
+	done | sort -u
+}
+stale_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		case $(readlink "$p/exe" 2>/dev/null) in
+		*/containerd | */containerd-shim-runc-v2 | */kubelet | */etcd | */kube-apiserver | */kube-controller-manager | */kubectl) ;;
+		*) continue ;;
+		esac
+		tr '\0' '\n' 2>/dev/null <"$p/cmdline" | grep -q '/config-watcher-node\.' || continue
+		grep -q '^[0-9]*:pids:/cw-node-' "$p/cgroup" 2>/dev/null && continue # counted with its cgroup
+		echo "${p#/proc/}"
+	done
+}
+stale_mounts() {
+	awk '$4 ~ /\/config-watcher-node\./ || $5 ~ /\/config-watcher-node\./ {print $5}' /proc/self/mountinfo
+}
+
+# refuse_stale exits with what an earlier run left and how to clear it: taken as "before",
+# it would make the check blind to it, and its node would still be running.
+refuse_stale() {
+	local cgroups pids mounts all c dirs
+	mapfile -t cgroups < <(stale_cgroups)
+	mapfile -t pids < <(stale_pids)
+	mapfile -t mounts < <(stale_mounts)
+	((${#cgroups[@]} + ${#pids[@]} + ${#mounts[@]})) || return 0
+	all=("${pids[@]}")
+	for c in "${cgroups[@]}"; do mapfile -t -O "${#all[@]}" all < <(cgroup_pids "$c"); done
+	dirs=$(for c in "${all[@]}"; do tr '\0' '\n' 2>/dev/null <"/proc/$c/cmdline" || true; done |
+		grep -o '/[^=]*/config-watcher-node\.[^/]*' | sort -u | paste -sd ' ' - || true)
+	{
+		echo "error: an earlier node run was killed before its teardown and left:"
+		for c in "${cgroups[@]}"; do
+			echo "  cgroup $c in $(find /sys/fs/cgroup/*/ -maxdepth 1 -name "$c" | wc -l) hierarchies, $(cgroup_pids "$c" | wc -l) process(es) in it"
+		done
+		for c in "${pids[@]}"; do echo "  process $c: $(tr '\0' ' ' 2>/dev/null <"/proc/$c/cmdline" | cut -c1-150)"; done
+		for c in "${mounts[@]}"; do echo "  mount $c"; done
+		echo "Clear it (kills those processes by PID, removes those cgroups and mounts, nothing else):"
+		echo "  sudo bash $hack_dir/node.sh clear-stale"
+		echo "Its logs stay in ${dirs:-${TMPDIR:-/tmp}/config-watcher-node.*}: remove them once read."
+	} >&2
+	exit 1
+}
+
+cmd_clear_stale() {
+	((EUID == 0)) || cw_die "hack/node.sh clear-stale needs root"
+	local c pids mounts
+	for c in $(stale_cgroups); do remove_cgroup "$c"; done
+	mapfile -t pids < <(stale_pids)
+	if ((${#pids[@]})); then
+		cw_log "kill -KILL ${pids[*]}"
+		kill -KILL "${pids[@]}" 2>/dev/null || true
+	fi
+	mapfile -t mounts < <(stale_mounts | tac) # the innermost first
+	for c in "${mounts[@]}"; do
+		cw_log "umount -l -n $c"
+		umount -l -n "$c" || true # -n: no /run/mount/utab
+	done
+	refuse_stale
+	cw_log "nothing stale left"
+}
+
+outer_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	# Whatever the inner teardown left (it stops the kubelet, containerd and the control
+	# plane gracefully): container processes, shims.
+	remove_cgroup "$ID"
 
 	local after
 	after=$(snapshot)
@@ -114,7 +217,7 @@ outer_cleanup() {
 		diff <(echo "$before") <(echo "$after") >&2 || true
 		((rc == 0)) && rc=1
 	else
-		cw_log "machine as before: sysctls, mounts, cgroups and fixed paths unchanged"
+		cw_log "machine as before: sysctls, mounts, cgroups and the paths the node could write unchanged"
 	fi
 	if ((rc != 0)) || [[ ${CW_NODE_KEEP_STATE:-} == 1 ]]; then
 		rm -rf "$STATE/containerd/root" 2>/dev/null || true # images and snapshots: large, rebuilt each run
@@ -131,6 +234,7 @@ cmd_run() {
 	local t
 	for t in ip unshare runc flock; do command -v "$t" >/dev/null || cw_die "$t not found (Debian: iproute2, util-linux, runc)"; done
 	[[ -d /sys/fs/cgroup/pids ]] || cw_die "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids: hack/node.sh knows cgroup v1 (hybrid) machines only"
+	refuse_stale
 
 	"$hack_dir/build-controlplane.sh"
 	"$hack_dir/node-build.sh"
@@ -144,15 +248,10 @@ cmd_run() {
 	chmod 755 "$STATE" # containers run as 65532 and read their volumes under it
 	export ID STATE
 	before=$(snapshot)
-	created_dirs=()
 	trap outer_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 
-	# Mount points the namespace needs where the machine has none: made now, removed at the end.
-	for t in /var/lib/cni /var/lib/kubelet; do
-		[[ -d $t ]] || { mkdir -p "$t"; created_dirs+=("$t"); }
-	done
 	local h
 	for h in /sys/fs/cgroup/*/; do
 		[[ -f ${h}cgroup.procs ]] || continue
@@ -249,6 +348,9 @@ setup_network() {
 
 setup_mounts() {
 	local kv k v
+	# mount(8), ours and the kubelet's, records mounts in /run/mount/utab, and makes
+	# /run/mount on the machine for it where there is none.
+	export LIBMOUNT_UTAB="$STATE/mount-utab"
 	mkdir -p "$STATE/sysctl"
 	for kv in "${KERNEL_TUNABLES[@]}"; do
 		k=${kv%%=*} v=${kv#*=}
@@ -256,11 +358,49 @@ setup_mounts() {
 		echo "$v" >"$STATE/sysctl/${k//\//.}"
 		mount --bind "$STATE/sysctl/${k//\//.}" "/proc/sys/$k"
 	done
-	mkdir -p "$STATE/var-log" "$STATE/var-lib-cni" "$STATE/var-lib-kubelet"
+	mkdir -p "$STATE/var-log" "$STATE/var-lib-cni" "$STATE/var-lib-kubelet" "$STATE/containerd/run"
 	mount --bind "$STATE/var-log" /var/log
-	mount --bind "$STATE/var-lib-cni" /var/lib/cni
-	# The device plugin manager's socket is at a fixed path, whatever --root-dir says.
-	mount --bind "$STATE/var-lib-kubelet" /var/lib/kubelet
+	# The device plugin manager's socket is in /var/lib/kubelet whatever --root-dir says;
+	# CNI caches its results in /var/lib/cni.
+	shadow /var/lib cni="$STATE/var-lib-cni" kubelet="$STATE/var-lib-kubelet"
+	# The runc shim's sockets (/run/containerd/s) and runc's root (/run/containerd/runc)
+	# follow containerd's default state dir, not the configured one. Where a system
+	# containerd runs, that directory is its own.
+	shadow /run containerd="$STATE/containerd/run"
+}
+
+# shadow DIR NAME=SRC...: in this mount namespace, DIR becomes a tmpfs holding the machine's
+# entries of DIR (bind mounts, symlinks copied) and SRC as DIR/NAME, in place of the
+# machine's NAME if it has one. A bind mount straight onto DIR/NAME would need a mount
+# point, made on the machine when it has none; the tmpfs holds that mount point instead,
+# and goes with the namespace. The machine's entries stay visible because the node reads
+# some of them: /etc/resolv.conf may point into /run/systemd, flock takes /run/lock.
+shadow() {
+	local dir=$1 kv e name
+	shift
+	local stage="$STATE/shadow${dir//\//-}"
+	local -A ours=()
+	for kv; do ours[${kv%%=*}]=${kv#*=}; done
+	mkdir "$stage"
+	mount -t tmpfs -o "mode=$(stat -c %a "$dir")" cw-node "$stage"
+	for e in "$dir"/* "$dir"/.*; do
+		name=${e##*/}
+		[[ $name == . || $name == .. || -n ${ours[$name]:-} ]] && continue
+		if [[ -L $e ]]; then
+			cp -P "$e" "$stage/"
+		elif [[ -d $e ]]; then
+			mkdir "$stage/$name"
+			mount --rbind "$e" "$stage/$name"
+		elif [[ -e $e ]]; then
+			touch "$stage/$name"
+			mount --bind "$e" "$stage/$name"
+		fi
+	done
+	for name in "${!ours[@]}"; do
+		mkdir "$stage/$name"
+		mount --bind "${ours[$name]}" "$stage/$name"
+	done
+	mount --move "$stage" "$dir"
 }
 
 write_configs() {
@@ -388,6 +528,10 @@ cmd_inner() {
 	trap inner_teardown EXIT
 	setup_network
 	setup_mounts
+	# Temporary files of the node's programs and of CMD go with the state dir, including
+	# what a killed run leaves.
+	mkdir -p "$STATE/tmp"
+	export TMPDIR="$STATE/tmp"
 
 	# The apiserver reaches the kubelet (logs, exec) at the node IP: by default it would
 	# try the node's hostname first, a DNS lookup that goes nowhere in here.
@@ -432,6 +576,7 @@ cmd_inner() {
 
 case "${1:-}" in
 run) shift; cmd_run "$@" ;;
+clear-stale) cmd_clear_stale ;;
 __inner) shift; cmd_inner "$@" ;;
 *) usage ;;
 esac
