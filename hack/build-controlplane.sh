@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager and kubectl from the Go module
-# proxy, and caches them outside the repo, keyed by version:
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from
+# the Go module proxy, and caches them outside the repo, keyed by version:
 #
-#   $CW_CACHE_DIR/controlplane/v<etcd>-v<kube>/bin/{etcd,kube-apiserver,kube-controller-manager,kubectl}
+#   $CW_CACHE_DIR/controlplane/v<etcd>-v<kube>/bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#
+# kube-scheduler runs only where a node does (hack/node.sh); without one, pods stay Pending.
 #
 # kubectl is built too, even where the machine has one: the ambassador (kubectl proxy) and
 # the tests then use the apiserver's own version, as the ambassador image in manifests/
@@ -27,7 +29,7 @@ fi
 # missing lists the binaries still to build.
 missing() {
 	local b
-	for b in etcd kube-apiserver kube-controller-manager kubectl; do
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
 		if [[ $b == kubectl && ${CW_SYSTEM_KUBECTL:-} == 1 ]] && command -v kubectl >/dev/null; then
 			continue
 		fi
@@ -105,14 +107,16 @@ fi
 
 # --- kubernetes -----------------------------------------------------------------------
 kube_need=()
-for b in kube-apiserver kube-controller-manager kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
 	contains "$b" "${need[@]}" && kube_need+=("$b")
 done
 if ((${#kube_need[@]})); then
 	d="$build_dir/kubernetes"
 	mkdir -p "$d"
 	staging_version="v0.${CW_KUBE_VERSION#*.}" # 1.37.2 -> v0.37.2
-	if [[ ! -f "$d/go.sum" ]] || ! grep -q "k8s.io/kubernetes v${CW_KUBE_VERSION}" "$d/go.mod" 2>/dev/null; then
+	# Resolved again when a command is new to tools.go: its modules may be missing from go.sum.
+	if [[ ! -f "$d/go.sum" ]] || ! grep -q "k8s.io/kubernetes v${CW_KUBE_VERSION}" "$d/go.mod" 2>/dev/null ||
+		! grep -q 'cmd/kube-scheduler"' "$d/tools.go" 2>/dev/null; then
 		start=$SECONDS
 		cw_log "resolving k8s.io/kubernetes v$CW_KUBE_VERSION modules (~1-2 min)…"
 		rm -f "$d/go.mod" "$d/go.sum"
@@ -132,6 +136,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -151,6 +156,7 @@ GO
 		case $b in
 		kube-apiserver) hint="v$CW_KUBE_VERSION, cold build ~10 min" ;;
 		kube-controller-manager) hint="v$CW_KUBE_VERSION, ~3 min after the apiserver" ;;
+		kube-scheduler) hint="v$CW_KUBE_VERSION, ~2 min after the apiserver" ;;
 		kubectl) hint="v$CW_KUBE_VERSION, the ambassador, ~2 min" ;;
 		esac
 		go_build "k8s.io/kubernetes/cmd/$b" "$b" "$kube_ldflags" "$d" "$hint"

@@ -2,7 +2,8 @@
 # A real, local Kubernetes control plane for the e2e tests and the demo: etcd,
 # kube-apiserver (RBAC, token auth, audit log), kube-controller-manager (so Deployments
 # get pods and namespaces get a default ServiceAccount) and a `kubectl proxy` ambassador.
-# No scheduler, no kubelet: pods stay Pending, which is all config-watcher needs.
+# No kubelet, and by default no scheduler: pods stay Pending, which is all config-watcher
+# needs (hack/node.sh, which adds a kubelet, sets CW_SCHEDULER=1).
 #
 # Usage: hack/cluster.sh up|down [--keep]|env|status
 #
@@ -22,7 +23,10 @@
 #   CW_WATCH_CACHE      kube-apiserver --watch-cache (default true; hack/record.sh runs one of each)
 #   CW_APISERVER_ARGS   extra kube-apiserver flags, space-separated
 #   CW_KCM_EXTRA_CONTROLLERS  more kube-controller-manager controllers, comma-separated
-#                       (hack/node.sh: root-ca-cert-publisher, for pods' kube-root-ca.crt)
+#                       (hack/node.sh: root-ca-cert-publisher, for pods' kube-root-ca.crt;
+#                       nodelifecycle, which lifts a new Node's not-ready taint)
+#   CW_SCHEDULER        1 starts kube-scheduler too (hack/node.sh), serving no port: it
+#                       only talks to the apiserver on 127.0.0.1
 #   CW_KEEP_STATE       1 keeps the state dir on `down`
 #   CW_CACHE_DIR, CW_ETCD_VERSION, CW_KUBE_VERSION, CW_SYSTEM_KUBECTL   see hack/lib.sh
 set -euo pipefail
@@ -34,6 +38,7 @@ source "$hack_dir/lib.sh"
 repo_hash=$(printf '%s' "$(dirname "$hack_dir")" | cksum | cut -d' ' -f1)
 STATE="${CW_STATE_DIR:-${TMPDIR:-/tmp}/config-watcher-cluster-$repo_hash}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kubectl-proxy)
+[[ ${CW_SCHEDULER:-} == 1 ]] && COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl-proxy)
 
 # free_ports N prints N distinct free TCP ports on 127.0.0.1, one a line.
 free_ports() {
@@ -101,6 +106,8 @@ stop_one() {
 stop_all() {
 	local i
 	for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_one "${COMPONENTS[i]}"; done
+	# Started by an `up` with CW_SCHEDULER=1, stopped by a `down` without it.
+	stop_one kube-scheduler
 }
 
 # fail NAME MSG: shows the tail of NAME's log, stops what was started, keeps the state dir.
@@ -182,11 +189,12 @@ cmd_up() {
 
 	# Credentials: one token for us, another for the controller manager, so the audit
 	# log tells their requests apart; an RSA key pair to sign ServiceAccount tokens.
-	local admin_token kcm_token
+	local admin_token kcm_token sched_token
 	admin_token=$(openssl rand -hex 24)
 	kcm_token=$(openssl rand -hex 24)
-	printf '%s,admin,admin,system:masters\n%s,system:kube-controller-manager,kube-controller-manager,system:masters\n' \
-		"$admin_token" "$kcm_token" >"$STATE/tokens.csv"
+	sched_token=$(openssl rand -hex 24)
+	printf '%s,admin,admin,system:masters\n%s,system:kube-controller-manager,kube-controller-manager,system:masters\n%s,system:kube-scheduler,kube-scheduler,system:masters\n' \
+		"$admin_token" "$kcm_token" "$sched_token" >"$STATE/tokens.csv"
 	openssl genrsa -out "$STATE/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$STATE/sa.key" -pubout -out "$STATE/sa.pub" 2>/dev/null
 	chmod 600 "$STATE/tokens.csv" "$STATE/sa.key"
@@ -242,6 +250,7 @@ EOF
 
 	write_kubeconfig "$STATE/admin.kubeconfig" "$api_url" "$STATE/certs/apiserver.crt" "$admin_token" admin
 	write_kubeconfig "$STATE/kcm.kubeconfig" "$api_url" "$STATE/certs/apiserver.crt" "$kcm_token" kube-controller-manager
+	write_kubeconfig "$STATE/scheduler.kubeconfig" "$api_url" "$STATE/certs/apiserver.crt" "$sched_token" kube-scheduler
 
 	cw_log "starting kube-controller-manager v$CW_KUBE_VERSION"
 	start kube-controller-manager "$CW_BIN_DIR/kube-controller-manager" \
@@ -253,6 +262,15 @@ EOF
 	# Pods are refused until their namespace has a default ServiceAccount.
 	wait_for kube-controller-manager 60 \
 		"$kubectl" --kubeconfig="$STATE/admin.kubeconfig" get serviceaccount default -n default
+
+	if [[ ${CW_SCHEDULER:-} == 1 ]]; then
+		cw_log "starting kube-scheduler v$CW_KUBE_VERSION"
+		# --secure-port=0: no health or metrics port. Leader election, alone, takes the
+		# Lease at once: holding it says the scheduler reached the apiserver and schedules.
+		start kube-scheduler "$CW_BIN_DIR/kube-scheduler" \
+			--kubeconfig="$STATE/scheduler.kubeconfig" --secure-port=0 --leader-elect=true
+		wait_for kube-scheduler 60 bash -c "[[ -n \$('$kubectl' --kubeconfig='$STATE/admin.kubeconfig' get lease kube-scheduler -n kube-system -o jsonpath='{.spec.holderIdentity}') ]]"
+	fi
 
 	cw_log "starting kubectl proxy (the ambassador)"
 	start kubectl-proxy "$kubectl" --kubeconfig="$STATE/admin.kubeconfig" proxy \
