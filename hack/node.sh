@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A real node for the e2e tests and the demo: the local control plane (hack/cluster.sh),
-# containerd, runc, a kubelet and its pods, all inside a network namespace and a mount
-# namespace this script creates, so that nothing they send can leave the machine and
-# nothing they mount or set outlives them. Then CMD runs inside the same namespaces,
-# with the cluster's environment; everything is torn down when it ends, on failure too.
+# A real node for the e2e tests and the demo: the local control plane (hack/cluster.sh,
+# with kube-scheduler), containerd, runc, a kubelet and its pods, all inside a network
+# namespace and a mount namespace this script creates, so that nothing they send can
+# leave the machine and nothing they mount or set outlives them. Then CMD runs inside the
+# same namespaces, with the cluster's environment; everything is torn down when it ends,
+# on failure too.
 #
 # Usage: hack/node.sh run CMD [ARG...]      (make e2e-node, make demo-node)
 #        hack/node.sh clear-stale           (what a killed run left; root)
@@ -37,8 +38,14 @@
 # teardown (SIGKILL, a CI timeout) leaves its cgroups and processes behind: the next run
 # refuses to start until `hack/node.sh clear-stale` has removed them.
 #
+# Images: containerd holds what a user's node would pull, imported, never pulled (there is
+# no registry to reach): the release's index from $CW_RELEASE_DIST/config-watcher.ctr.tar
+# (all platforms, named by tag and digest: install.yaml names it by digest), and the
+# ambassador, pause and demo images from bin/images (make image-e2e).
+#
 # Environment for CMD: what `hack/cluster.sh env` prints (KUBECONFIG, CW_PROXY_URL,
 # CW_AUDIT_LOG, CW_KUBECTL, …), plus
+#   CW_RELEASE_DIST  the release CMD installs (make release-e2e: bin/release-e2e)
 #   CW_NODE_NAME   the Node's name (cw-node)
 #   CW_CTR         ctr with its flags: `$CW_CTR tasks ls` lists the containers
 #   CW_NODE_STATE  the state dir (logs of containerd and the kubelet)
@@ -54,6 +61,7 @@ repo="$(dirname "$hack_dir")"
 source "$hack_dir/node-lib.sh"
 
 NODE_NAME=cw-node
+RELEASE_DIST="${CW_RELEASE_DIST:-$repo/bin/release-e2e}"
 NODE_IP=192.0.2.10
 SERVICE_IP=10.0.0.1
 POD_CIDR=10.88.0.0/24
@@ -147,7 +155,7 @@ stale_pids() {
 	local p
 	for p in /proc/[0-9]*; do
 		case $(readlink "$p/exe" 2>/dev/null) in
-		*/containerd | */containerd-shim-runc-v2 | */kubelet | */etcd | */kube-apiserver | */kube-controller-manager | */kubectl) ;;
+		*/containerd | */containerd-shim-runc-v2 | */kubelet | */etcd | */kube-apiserver | */kube-controller-manager | */kube-scheduler | */kubectl) ;;
 		*) continue ;;
 		esac
 		tr '\0' '\n' 2>/dev/null <"$p/cmdline" | grep -q '/config-watcher-node\.' || continue
@@ -239,9 +247,13 @@ cmd_run() {
 	"$hack_dir/build-controlplane.sh"
 	"$hack_dir/node-build.sh"
 	local img
-	for img in config-watcher kubectl pause http-echo; do
+	for img in kubectl pause http-echo; do
 		[[ -f $repo/bin/images/$img.tar ]] || { "$hack_dir/image/build.sh" --e2e; break; }
 	done
+	[[ -f $RELEASE_DIST/install.yaml && -f $RELEASE_DIST/config-watcher.ctr.tar ]] ||
+		cw_die "no release in $RELEASE_DIST: make release-e2e (or set CW_RELEASE_DIST to a make release's dist/)"
+	RELEASE_DIST=$(cd "$RELEASE_DIST" && pwd)
+	export CW_RELEASE_DIST=$RELEASE_DIST
 
 	ID="cw-node-$$"
 	STATE=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-node.XXXXXX")
@@ -537,7 +549,11 @@ cmd_inner() {
 	# try the node's hostname first, a DNS lookup that goes nowhere in here.
 	export CW_STATE_DIR="$STATE/cluster" CW_APISERVER_PORT=443
 	export CW_APISERVER_ARGS="--bind-address=0.0.0.0 --kubelet-preferred-address-types=InternalIP ${CW_APISERVER_ARGS:-}"
-	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
+	# Pods go to the node as a user's do, placed by kube-scheduler. The apiserver taints a
+	# new Node not-ready (NoSchedule); the node lifecycle controller lifts it once the
+	# kubelet reports Ready.
+	export CW_SCHEDULER=1
+	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher,nodelifecycle${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
 	"$hack_dir/cluster.sh" up
 	eval "$("$hack_dir/cluster.sh" env)"
 
@@ -553,10 +569,10 @@ cmd_inner() {
 	PATH="$CW_NODE_BIN_DIR:$PATH" start_bg containerd "$CW_NODE_BIN_DIR/containerd" --config "$STATE/containerd/config.toml"
 	wait_until containerd 30 "${ctr[@]}" version
 
-	local img
-	for img in pause kubectl config-watcher http-echo; do
-		"${ctr[@]}" images import "$repo/bin/images/$img.tar" >>"$STATE/import.log" 2>&1 ||
-			{ cat "$STATE/import.log" >&2; cw_die "importing $img.tar failed"; }
+	local tar
+	for tar in "$repo"/bin/images/{pause,kubectl,http-echo}.tar "$RELEASE_DIST/config-watcher.ctr.tar"; do
+		"${ctr[@]}" images import --all-platforms "$tar" >>"$STATE/import.log" 2>&1 ||
+			{ cat "$STATE/import.log" >&2; cw_die "importing $tar failed"; }
 	done
 	cw_log "imported images: $("${ctr[@]}" images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
@@ -564,8 +580,8 @@ cmd_inner() {
 	start_bg kubelet "$CW_NODE_BIN_DIR/kubelet" --config="$STATE/kubelet/config.yaml" \
 		--kubeconfig="$STATE/kubelet/kubeconfig" --root-dir="$STATE/kubelet/root" \
 		--cert-dir="$STATE/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --v=2
-	wait_until kubelet 120 bash -c "[[ \$('$CW_KUBECTL' get node $NODE_NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]"
-	cw_log "node $NODE_NAME is Ready"
+	wait_until kubelet 120 bash -c "[[ \$('$CW_KUBECTL' get node $NODE_NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status} {.spec.taints}') == 'True ' ]]"
+	cw_log "node $NODE_NAME is Ready, untainted: pods can be scheduled onto it"
 
 	export CW_NODE_NAME=$NODE_NAME CW_NODE_STATE=$STATE CW_CTR="${ctr[*]}" GOPROXY=off
 	cd "$repo"
