@@ -22,15 +22,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tests of this file run the real manifests (manifests/e2e-node: the base and the
-// demo, bound to the node, images never pulled) on a real kubelet with containerd and
-// runc, inside the network namespace hack/node.sh creates: `make e2e-node`. They observe
-// what the manifests only configure: readiness, the token's place, the probes, the
-// sidecar's shutdown order, read-only root filesystems and the UID, and the book's demo
-// served over HTTP.
+// The tests of this file install what a user installs, as the README says: a release's
+// install.yaml, unmodified (its images imported from the release, as a node would pull
+// them; pods placed by kube-scheduler), and manifests/demo, on a real kubelet with
+// containerd and runc, inside the network namespace hack/node.sh creates: `make e2e-node`.
+// They observe what the manifests only configure: readiness, the token's place, the
+// probes, the sidecar's shutdown order, read-only root filesystems and the UID, and the
+// book's demo served over HTTP.
 
 const (
-	nodeNS        = "default" // where manifests/e2e-node is applied, as manifests/ is
+	nodeNS        = "default" // where install.yaml installs, and the demo goes beside it
 	nodeSA        = "system:serviceaccount:" + nodeNS + ":config-watcher"
 	controllerSel = "app.kubernetes.io/name=config-watcher"
 	webappSel     = "app=webapp"
@@ -58,7 +59,11 @@ type containerStatus struct {
 type nodePod struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		NodeName string `json:"nodeName"`
+		NodeName   string `json:"nodeName"`
+		Containers []struct {
+			Name  string `json:"name"`
+			Image string `json:"image"`
+		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
 		PodIP      string `json:"podIP"`
@@ -130,18 +135,22 @@ var (
 	nodeErr  error
 )
 
-// requireNode skips without a node (hack/node.sh sets CW_NODE_NAME and CW_CTR), then
-// applies manifests/e2e-node once for all tests and waits until every pod is Ready.
+// requireNode skips without a node (hack/node.sh sets CW_NODE_NAME, CW_CTR and
+// CW_RELEASE_DIST), then, once for all tests, applies the release's install.yaml and the
+// demo as the README says, and waits until every pod is Ready.
 func requireNode(t *testing.T) {
 	t.Helper()
 	requireCluster(t)
-	if os.Getenv("CW_NODE_NAME") == "" || os.Getenv("CW_CTR") == "" {
-		t.Skip("no node: CW_NODE_NAME and CW_CTR are unset; run make e2e-node (hack/node.sh run …)")
+	if os.Getenv("CW_NODE_NAME") == "" || os.Getenv("CW_CTR") == "" || os.Getenv("CW_RELEASE_DIST") == "" {
+		t.Skip("no node: CW_NODE_NAME, CW_CTR or CW_RELEASE_DIST is unset; run make e2e-node (hack/node.sh run …)")
 	}
 	nodeOnce.Do(func() {
-		_, nodeErr = runKubectl("", "apply", "-n", nodeNS, "-k", filepath.Join(repoRoot, "manifests", "e2e-node"))
+		if _, nodeErr = runKubectl("", "apply", "-f", filepath.Join(os.Getenv("CW_RELEASE_DIST"), "install.yaml")); nodeErr != nil {
+			return
+		}
+		_, nodeErr = runKubectl("", "apply", "-n", nodeNS, "-k", filepath.Join(repoRoot, "manifests", "demo"))
 	})
-	require.NoError(t, nodeErr, "kubectl apply -n default -k manifests/e2e-node")
+	require.NoError(t, nodeErr, "kubectl apply -f $CW_RELEASE_DIST/install.yaml; kubectl apply -n default -k manifests/demo")
 	waitReadyPods(t, controllerSel, 2)
 	waitReadyPods(t, webappSel, 2)
 }
@@ -202,13 +211,25 @@ func rootMountOptions(t *testing.T, pid int) []string {
 	return opts
 }
 
-// TestNodeManifestsBecomeReady ensures the real manifests run as written on a kubelet:
-// both controller replicas and both webapp replicas Ready, on the node, with the
-// ambassador started as a native sidecar and nothing restarted.
+// TestNodeManifestsBecomeReady ensures the release's install.yaml runs as written on a
+// kubelet: both controller replicas and both webapp replicas Ready, scheduled onto the
+// node, the controller's image the one install.yaml names by digest, the ambassador
+// started as a native sidecar and nothing restarted.
 func TestNodeManifestsBecomeReady(t *testing.T) {
 	requireNode(t)
+	version := strings.TrimSpace(kubectl(t, "get", "deployment", "config-watcher", "-n", nodeNS,
+		"-o", "jsonpath={.metadata.labels.app\\.kubernetes\\.io/version}"))
+	require.NotEmpty(t, version, "install.yaml's Deployment has no app.kubernetes.io/version")
+	install, err := os.ReadFile(filepath.Join(os.Getenv("CW_RELEASE_DIST"), "install.yaml"))
+	require.NoError(t, err)
 	for _, p := range waitReadyPods(t, controllerSel, 2) {
-		assert.Equal(t, os.Getenv("CW_NODE_NAME"), p.Spec.NodeName)
+		assert.Equal(t, os.Getenv("CW_NODE_NAME"), p.Spec.NodeName, "pod %s not scheduled onto the node", p.Metadata.Name)
+		for _, c := range p.Spec.Containers {
+			if c.Name == "config-watcher" {
+				assert.Contains(t, c.Image, "@sha256:", "image of %s", p.Metadata.Name)
+				assert.Contains(t, string(install), "image: "+c.Image+"\n", "image of %s", p.Metadata.Name)
+			}
+		}
 		amb, ok := p.container("ambassador")
 		require.True(t, ok, "pod %s has no ambassador status", p.Metadata.Name)
 		assert.NotNil(t, amb.State.Running, "ambassador of %s not running", p.Metadata.Name)
@@ -216,9 +237,12 @@ func TestNodeManifestsBecomeReady(t *testing.T) {
 		require.True(t, ok)
 		assert.True(t, ctl.Ready, "controller of %s not ready", p.Metadata.Name)
 		assert.Zero(t, amb.RestartCount+ctl.RestartCount, "restarts in %s", p.Metadata.Name)
-		// kubectl logs goes through the kubelet: the image's binary says its version.
+		// kubectl logs goes through the kubelet: the image's binary says the release's version.
 		logs := kubectl(t, "logs", "-n", nodeNS, p.Metadata.Name, "-c", "config-watcher")
-		assert.Contains(t, logs, `"version":"v0.1.0"`, "logs of %s", p.Metadata.Name)
+		assert.Contains(t, logs, `"version":"`+version+`"`, "logs of %s", p.Metadata.Name)
+	}
+	for _, p := range waitReadyPods(t, webappSel, 2) {
+		assert.Equal(t, os.Getenv("CW_NODE_NAME"), p.Spec.NodeName, "pod %s not scheduled onto the node", p.Metadata.Name)
 	}
 }
 

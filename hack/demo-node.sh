@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The book's demo on a real node, narrated: the manifests as a user applies them
-# (manifests/e2e-node: controller with its ambassador, and the webapp), a kubelet runs
-# the pods, the webapp serves its message over HTTP; a patch of the ConfigMap makes
-# config-watcher delete the pods, and their replacements serve the new message.
+# The book's demo on a real node, narrated: installed as the README says (a release's
+# install.yaml: the controller with its ambassador; manifests/demo: the webapp), pods
+# placed by kube-scheduler and run by a kubelet, the webapp serves its message over HTTP;
+# a patch of the ConfigMap makes config-watcher delete the pods, and their replacements
+# serve the new message.
 #
 # Usage: make demo-node   (runs `hack/node.sh run hack/demo-node.sh`; needs the node's
 # environment: run directly, it stops and says so)
@@ -12,7 +13,7 @@ hack_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$hack_dir")"
 # shellcheck source=hack/lib.sh
 source "$hack_dir/lib.sh"
-[[ -n ${CW_NODE_NAME:-} && -n ${CW_KUBECTL:-} ]] || cw_die "no node here: run make demo-node (hack/node.sh run $0)"
+[[ -n ${CW_NODE_NAME:-} && -n ${CW_KUBECTL:-} && -n ${CW_RELEASE_DIST:-} ]] || cw_die "no node here: run make demo-node (hack/node.sh run $0)"
 
 ns=default
 if [[ -t 1 ]]; then bold=$'\e[1m' reset=$'\e[0m'; else bold='' reset=''; fi
@@ -35,8 +36,9 @@ serve() {
 		-o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}')
 }
 
-say "Applying the manifests to node $CW_NODE_NAME: kubectl apply -n default -k manifests/e2e-node"
-run k apply -n "$ns" -k "$repo/manifests/e2e-node"
+say "Installing a release ($(awk '/app.kubernetes.io\/version:/ {print $2; exit}' "$CW_RELEASE_DIST/install.yaml")) and the demo webapp, for node $CW_NODE_NAME"
+run k apply -f "$CW_RELEASE_DIST/install.yaml"
+run k apply -n "$ns" -k "$repo/manifests/demo"
 run k wait -n "$ns" --for=condition=Available deployment/config-watcher deployment/webapp --timeout=180s
 run k wait -n "$ns" --for=condition=Ready pod -l app=webapp --timeout=180s
 run k get pods -n "$ns" -o wide
