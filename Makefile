@@ -88,7 +88,7 @@ record: ## re-record testdata/recorded/ from two fresh control planes (a few min
 	bash hack/record.sh
 
 ##@ local control plane and node
-controlplane: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl (cold: 15-25 min)
+controlplane: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (cold: 15-25 min)
 	bash hack/build-controlplane.sh
 
 cluster-up: ## start a local control plane (then eval the output of make cluster-env)
