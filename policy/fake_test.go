@@ -162,15 +162,19 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
-	sel, err := selector.Parse(strings.Join(req.query["labelSelector"], ""))
-	if err != nil {
-		writeStatus(w, 400, "BadRequest", err.Error())
-		return
+	matches := func(map[string]string) bool { return true }
+	if ls := strings.Join(req.query["labelSelector"], ""); ls != "" {
+		sel, err := selector.Parse(ls)
+		if err != nil {
+			writeStatus(w, 400, "BadRequest", err.Error())
+			return
+		}
+		matches = sel.Matches
 	}
 	name, byName := strings.CutPrefix(strings.Join(req.query["fieldSelector"], ""), "metadata.name=")
 	var names []string
 	for n, p := range f.pods {
-		if sel.Matches(p.labels) && (!byName || n == name) {
+		if matches(p.labels) && (!byName || n == name) {
 			names = append(names, n)
 		}
 	}
