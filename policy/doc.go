@@ -42,4 +42,3 @@
 //	a standby                   queue.go: queues nothing; Lead queues what needs
 //	                            action
 package policy
-package policy
