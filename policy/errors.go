@@ -74,17 +74,18 @@ func (r *refusal) Error() string { return r.err.Error() }
 func (r *refusal) Unwrap() error { return r.err }
 
 // refused makes a refused write visible and returns the error that retries
-// it with backoff. verb and resource name the write ("patch",
-// "configmaps"); rbac is the fix when RBAC refused it.
-func (c *Controller) refused(cm configMap, verb, resource, rbac string, err error) error {
-	fix := rbac
+// it with backoff. resource names the write's object ("configmaps",
+// "pods/eviction") and need the RBAC rule it takes.
+func (c *Controller) refused(cm configMap, verb, resource, need string, err error) error {
+	noun, _, _ := strings.Cut(resource, "/")
+	fix := fmt.Sprintf("RBAC: the controller may not %s %s in %s (needs %s)", verb, noun, cm.namespace, need)
 	if msg := err.Error(); strings.Contains(msg, "admission") || strings.Contains(msg, "AdmissionPolicy") || strings.Contains(msg, "denied request") {
-		fix = "an admission policy refuses the controller's write: exempt its service account, or change the policy"
-	} else if apiclient.IsInvalid(err) || apiclient.IsBadRequest(err) {
-		fix = "the server refuses the write as invalid: see the error"
+		fix = fmt.Sprintf("an admission policy refuses to let the controller %s %s in %s: exempt its service account, or change the policy", verb, noun, cm.namespace)
+	} else if !apiclient.IsForbidden(err) {
+		fix = fmt.Sprintf("the server refuses to let the controller %s %s in %s as invalid: see the error", verb, noun, cm.namespace)
 	}
 	c.metrics.WritesRefused.Inc(resource)
 	c.log.Error("write refused; will retry", "namespace", cm.namespace, "configmap", cm.name, "write", verb+" "+resource, "fix", fix, "err", err)
-	c.event(cm, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s %s refused: %v. To fix: %s. Retrying.", verb, resource, err, fix), 1024))
-	return &refusal{fmt.Errorf("%s %s in %s refused (%s): %w", verb, resource, cm.namespace, fix, err)}
+	c.event(cm, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
+	return &refusal{fmt.Errorf("%s: %w", fix, err)}
 }

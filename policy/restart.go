@@ -149,7 +149,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 			}
 		case answerRefused:
 			count("error")
-			return podPending, c.refused(cm, verb, resource, "grant the controller verb "+permission+" in "+cm.namespace, err)
+			return podPending, c.refused(cm, verb, resource, "verb "+permission, err)
 		default:
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)

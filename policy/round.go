@@ -377,9 +377,9 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 			if annotation == RestartingAnnotation && !strings.HasSuffix(value, "/*") {
 				return fmt.Errorf("%w: %w", errIntentTooLong, err)
 			}
-			return c.refused(cm, "patch", "configmaps", "the other annotations leave no room for the controller's", err)
+			return c.refused(cm, "patch", "configmaps", "room in the annotations: the others fill the 256 KiB", err)
 		case answerRefused:
-			return c.refused(cm, "patch", "configmaps", "grant the controller verb patch on configmaps in "+cm.namespace+", or set RECORD_HASH=false", err)
+			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
 		default:
 			return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
 		}
