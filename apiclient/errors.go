@@ -21,6 +21,28 @@ type StatusError struct {
 	Reason     string // e.g. "NotFound", "Expired", "Conflict"
 	Message    string
 	RetryAfter time.Duration // the server's hint (Retry-After, details.retryAfterSeconds); zero if none
+	// Causes are details.causes: they tell apart answers that share a code
+	// (a 422 for an immutable field, for a size limit, from an admission
+	// policy).
+	Causes []StatusCause
+}
+
+// StatusCause is one of a Status's details.causes.
+type StatusCause struct {
+	Reason  string // e.g. "FieldValueTooLong", "FieldValueInvalid"
+	Field   string // e.g. "metadata.annotations"
+	Message string
+}
+
+// HasCause reports whether a cause names field and, unless reason is "",
+// has that reason.
+func (e *StatusError) HasCause(field, reason string) bool {
+	for _, c := range e.Causes {
+		if c.Field == field && (reason == "" || c.Reason == reason) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *StatusError) Error() string {
@@ -58,6 +80,12 @@ func StatusFromJSON(raw []byte) *StatusError {
 	if s := st.Get("details.retryAfterSeconds").Int(); s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
+	causes := st.Get("details.causes")
+	if causes.IsArray() {
+		for _, c := range causes.Array()[:min(len(causes.Array()), maxCauses)] {
+			e.Causes = append(e.Causes, StatusCause{Reason: c.Get("reason").String(), Field: c.Get("field").String(), Message: truncate(c.Get("message").String(), 256)})
+		}
+	}
 	return e
 }
 
@@ -71,6 +99,9 @@ func parseRetryAfter(v string) time.Duration {
 	}
 	return 0
 }
+
+// maxCauses bounds the causes kept: a Status lists one per invalid field.
+const maxCauses = 16
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -68,7 +68,8 @@ func TestStatusErrorFromAnswer(t *testing.T) {
 		{
 			name:   "StatusBodyRetryAfterSeconds",
 			answer: answer{code: 504, body: tooLargeStatus},
-			want:   apiclient.StatusError{Code: 504, Reason: "Timeout", Message: "Too large resource version: 200, current: 100", RetryAfter: time.Second},
+			want: apiclient.StatusError{Code: 504, Reason: "Timeout", Message: "Too large resource version: 200, current: 100", RetryAfter: time.Second,
+				Causes: []apiclient.StatusCause{{Reason: "ResourceVersionTooLarge", Message: "Too large resource version"}}},
 		},
 		{
 			name:   "RetryAfterHeaderSeconds",
@@ -186,7 +187,11 @@ func TestStatusFromJSON(t *testing.T) {
 		want *apiclient.StatusError // nil: not a Status
 	}{
 		{name: "ExpiredStatus", raw: goneStatus, want: &apiclient.StatusError{Code: 410, Reason: "Expired", Message: "too old resource version: 1 (2)"}},
-		{name: "TooLargeWithRetryAfterSeconds", raw: tooLargeStatus, want: &apiclient.StatusError{Code: 504, Reason: "Timeout", Message: "Too large resource version: 200, current: 100", RetryAfter: time.Second}},
+		{name: "TooLargeWithRetryAfterSeconds", raw: tooLargeStatus, want: &apiclient.StatusError{Code: 504, Reason: "Timeout", Message: "Too large resource version: 200, current: 100", RetryAfter: time.Second,
+			Causes: []apiclient.StatusCause{{Reason: "ResourceVersionTooLarge", Message: "Too large resource version"}}}},
+		{name: "CausesKeptToTellA422Apart", raw: `{"kind":"Status","code":422,"reason":"Invalid","message":"ConfigMap \"c\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes","details":{"causes":[{"reason":"FieldValueTooLong","message":"Too long: may not be more than 262144 bytes","field":"metadata.annotations"}]}}`,
+			want: &apiclient.StatusError{Code: 422, Reason: "Invalid", Message: `ConfigMap "c" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes`,
+				Causes: []apiclient.StatusCause{{Reason: "FieldValueTooLong", Field: "metadata.annotations", Message: "Too long: may not be more than 262144 bytes"}}}},
 		{name: "StatusWithoutCode", raw: `{"kind":"Status","status":"Failure","reason":"Expired","message":"m"}`, want: &apiclient.StatusError{Reason: "Expired", Message: "m"}},
 		{name: "CodeWithoutKind", raw: `{"code":410,"reason":"Gone"}`, want: &apiclient.StatusError{Code: 410, Reason: "Gone"}},
 		{name: "LongMessageTruncated", raw: `{"kind":"Status","code":500,"message":"` + long + `"}`, want: &apiclient.StatusError{Code: 500, Message: long[:1024] + "…"}},

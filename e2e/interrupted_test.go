@@ -155,13 +155,22 @@ func (h *changes) requirePromiseKept(t *testing.T, spared ...string) {
 // returns once the controller is ready and has adopted the ConfigMap.
 func webappBehindFaultProxy(t *testing.T, replicas int) (ns string, pods []pod, h *changes, fp *faultProxy) {
 	t.Helper()
+	ns, pods, h, fp, _ = webappBehindFaultProxyWith(t, replicas)
+	return ns, pods, h, fp
+}
+
+// webappBehindFaultProxyWith is webappBehindFaultProxy with settings for
+// the controller, which it returns too.
+func webappBehindFaultProxyWith(t *testing.T, replicas int, extraEnv ...string) (ns string, pods []pod, h *changes, fp *faultProxy, c *controllerProc) {
+	t.Helper()
 	ns = newNamespace(t)
 	pods = webappWith(t, ns, replicas)
 	h = trackChanges(t, ns, "app=webapp")
 	fp = startFaultProxy(t, env.proxyURL)
-	startController(t, controllerOpts{namespace: ns, apiURL: fp.url}).WaitReady(t)
+	c = startController(t, controllerOpts{namespace: ns, apiURL: fp.url, extraEnv: extraEnv})
+	c.WaitReady(t)
 	waitRestartedFor(t, ns, "webapp-config", "")
-	return ns, pods, h, fp
+	return ns, pods, h, fp, c
 }
 
 // successfulDeletes counts the controller's successful pod deletions in ns.

@@ -192,12 +192,12 @@ func (s *scope) EndList() {
 }
 
 // releaseAfterSync returns the memory of the initial sync to the OS once
-// every scope has listed and the queue has run dry (at once on a standby,
-// whose queue nobody works): the lists and the adoption records grow the
-// heap to several times what is kept, and the runtime would return it only
-// slowly (BENCHMARKS.md).
+// every scope has listed and the first term's queue has run dry (at once on
+// a standby, which queues nothing): the lists and the adoption records grow
+// the heap to several times what is kept, and the runtime would return it
+// only slowly (BENCHMARKS.md).
 func (c *Controller) releaseAfterSync() {
-	if c.released.Load() || c.unsynced.Load() > 0 || (!c.queue.idle() && c.mayAct()) {
+	if c.released.Load() || c.unsynced.Load() > 0 || (c.mayAct() && (!c.queue.active() || !c.queue.idle())) {
 		return
 	}
 	if c.released.CompareAndSwap(false, true) {
@@ -335,11 +335,14 @@ func (c *Controller) Run(ctx context.Context) {
 // Lead works the queue until ctx is done, then stops taking work and gives
 // rounds in flight grace() to finish before their requests are cancelled.
 // It may be called again, one leadership term after another; meanwhile
-// events still update the state and queue keys.
+// events still update the state, and each term begins by queueing every
+// ConfigMap that needs action.
 func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
 	c.queue.setPaused(false)
+	c.EnqueueAll()
+	c.releaseAfterSync()
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Go(func() { c.work(actCtx) })
@@ -351,13 +354,14 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	wg.Wait()
 }
 
-// EnqueueAll queues every known ConfigMap, for a new leader: it may have
-// stood by while changes were made.
+// EnqueueAll queues every known ConfigMap that needs action, for a new
+// leader: it may have stood by while changes were made. Lead calls it; the
+// queue takes nothing while no term runs.
 func (c *Controller) EnqueueAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.entries {
-		if e.exists {
+		if e.exists && e.decide(c.recordsOnServer()) != stepNothing {
 			c.queue.Add(key) // lock order: c.mu, then the queue's
 		}
 	}
@@ -392,6 +396,7 @@ func (c *Controller) work(ctx context.Context) {
 		} else {
 			delete(c.retries, key)
 			c.mu.Unlock()
+			c.queue.Forget(key) // a retry due from an earlier failure would only look again
 		}
 		c.queue.Done(key)
 		c.releaseAfterSync()
@@ -403,6 +408,7 @@ type Metrics struct {
 	Reconciles       *metrics.CounterVec
 	PodDeletions     *metrics.CounterVec
 	PodEvictions     *metrics.CounterVec
+	WritesRefused    *metrics.CounterVec
 	InvalidSelectors *metrics.Counter
 	SkippedObjects   *metrics.Counter
 	QueueDepth       *metrics.Gauge
@@ -413,10 +419,12 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
 		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
 			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone),
-		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result.", "result",
-			"deleted", "not_found", "conflict", "error", "dry_run"),
+		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result; left: the pod changed and no longer needs the restart (relabelled out of the selector).", "result",
+			"deleted", "not_found", "conflict", "left", "error", "dry_run"),
 		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; stuck: a disruption budget blocked it past EVICT_TIMEOUT.", "result",
-			"evicted", "not_found", "conflict", "stuck", "error", "dry_run"),
+			"evicted", "not_found", "conflict", "left", "stuck", "error", "dry_run"),
+		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource.", "resource",
+			"configmaps", "pods", "pods/eviction"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps waiting for a worker."),

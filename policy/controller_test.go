@@ -28,6 +28,7 @@ func start(t *testing.T, c *Controller) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, c.queue.active, waitFor, time.Millisecond)
 }
 
 // settle waits until every queued ConfigMap has been reconciled.
@@ -53,8 +54,9 @@ var (
 )
 
 // TestDataChangeDeletesEachPodOnce ensures a data change deletes every
-// matching, non-terminating pod exactly once, each with its uid as a
-// precondition, across list pages, and records the new digest afterwards.
+// matching, non-terminating pod exactly once, each with its uid and
+// resourceVersion as listed as preconditions, across list pages, and
+// records the new digest afterwards.
 func TestDataChangeDeletesEachPodOnce(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	c, m := newTestController(t, api.client(), Config{RecordHash: true})
@@ -65,8 +67,8 @@ func TestDataChangeDeletesEachPodOnce(t *testing.T) {
 
 	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
 	for _, r := range api.seen(http.MethodDelete, "pods") {
-		name := r.path[strings.LastIndexByte(r.path, '/')+1:]
-		assert.JSONEq(t, `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"uid-`+name[len("webapp-"):]+`"}}`, r.body)
+		n := r.path[strings.LastIndexByte(r.path, '/')+len("/webapp-"):]
+		assert.JSONEq(t, `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"uid-`+n+`","resourceVersion":"1`+n+`"}}`, r.body)
 	}
 	assert.Len(t, api.seen(http.MethodGet, "pods"), 2, "three pods at two per page")
 	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
@@ -252,7 +254,8 @@ func TestInvalidSelectorsDeleteNothing(t *testing.T) {
 }
 
 // TestDeleteAnswers ensures each API answer to a DELETE leads to the right
-// outcome: gone and replaced pods count as done, RBAC and server errors fail
+// outcome: gone pods count as done, a failed precondition re-reads the pod
+// and retries it while it is still selected, RBAC and server errors fail
 // the round, which is retried without deleting any pod twice and without
 // recording the digest before it succeeds.
 func TestDeleteAnswers(t *testing.T) {
@@ -266,7 +269,7 @@ func TestDeleteAnswers(t *testing.T) {
 		wantResult  string
 	}{
 		{"NotFoundIsDone", 404, `{"kind":"Status","code":404,"reason":"NotFound"}`, 1, []string{"webapp-1", "webapp-2", "webapp-3"}, 1, resultRestarted},
-		{"ConflictIsSkipped", 409, `{"kind":"Status","code":409,"reason":"Conflict"}`, 1, []string{"webapp-1", "webapp-2", "webapp-3"}, 1, resultRestarted},
+		{"ConflictReReadsAndRetries", 409, `{"kind":"Status","code":409,"reason":"Conflict"}`, 1, []string{"webapp-1", "webapp-2", "webapp-2", "webapp-3"}, 1, resultRestarted},
 		{"ServerErrorRetriesOnlyThatPod", 500, `{"kind":"Status","code":500,"reason":"InternalError"}`, 2, []string{"webapp-1", "webapp-2", "webapp-2", "webapp-2", "webapp-3"}, 1, resultRestarted},
 		{"TooManyRequestsRetried", 429, `{"kind":"Status","code":429,"reason":"TooManyRequests"}`, 1, []string{"webapp-1", "webapp-2", "webapp-2", "webapp-3"}, 1, resultRestarted},
 		{"ForbiddenFailsAndRecordsNothing", 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"pods \"webapp-2\" is forbidden"}`, 1 << 30, nil, 0, resultError},
@@ -373,8 +376,8 @@ func TestStaleEventAfterRecordDoesNothing(t *testing.T) {
 	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
-	// A label edit made before our patch landed arrives now.
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, labels: map[string]string{"x": "y"}})
+	// A label edit made before our record landed arrives now.
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: api.intents()[0], labels: map[string]string{"x": "y"}, rv: api.patchRV(0)})
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
 	settle(t, c)
 	assert.Len(t, api.deletedPods(), 3)

@@ -13,11 +13,11 @@
 // only. decide (state.go) maps them to one step:
 //
 //	state                                    step
-//	a round for D runs here                  continue it (retries delete only what is left)
+//	a round for D runs here                  continue it (retries restart only what is left; I again if wiped)
 //	I for D, not outdated                    resume: restart the pods I names that still exist
 //	I for other data, or outdated            new round over every selected pod: pods are mixed
 //	no R, no I (first sight)                 adopt: record D, restart nothing
-//	R = D, no I                              nothing (write R if the annotation is missing)
+//	R = D, no I                              nothing (write R once if the annotation is missing)
 //	R ≠ D, no I                              new round over every selected pod
 //
 // A round (round.go) writes I, restarts, then writes R = D and removes I.
@@ -25,4 +25,20 @@
 // failing to record, it leaves I; a lost lease stops it before its next
 // write. I is outdated once the data was seen to differ from I.hash after I
 // was written: pods created meanwhile ran that other data.
+//
+// How each state resolves, in one place each:
+//
+//	which round is current      current (round.go), asked before every write
+//	an answer to a write        classify (errors.go), the one error table
+//	our writes against others'  entry.apply and entry.wrote (state.go): an
+//	                            event older than our last write is its past;
+//	                            a newer one without our I during a round is a
+//	                            wipe (the object replaced): I is written again
+//	a restart refused 409       restartPod (restart.go): re-read by name, retried
+//	                            only if still selected, the same uid and not
+//	                            terminating; else left
+//	an intent superseded        writeIntent: removed if the round restarted
+//	                            nothing yet
+//	a standby                   queue.go: queues nothing; Lead queues what needs
+//	                            action
 package policy

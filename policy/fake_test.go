@@ -49,6 +49,13 @@ type fakeAPI struct {
 	requests []request
 	pageSize int
 	fault    func(r request) (status int, body string, ok bool)
+	// lose, if set, may have a request carried out but its answer lost: the
+	// client sees 504, as when the ambassador or a proxy times out.
+	lose func(r request) bool
+	// graceful deletion: a deleted pod stays, terminating, at a new
+	// revision, as a pod with a grace period does.
+	graceful bool
+	patchRVs []uint64 // the resourceVersion each ConfigMap patch answered
 	// afterDelete, if set, runs (with mu held) after a pod is deleted.
 	afterDelete func(p fakePod)
 	removed     []string // pods deleted, in order
@@ -100,7 +107,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	req := request{method: r.Method, path: r.URL.Path, query: r.URL.Query(), body: string(body)}
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
-	fault := f.fault
+	fault, lose := f.fault, f.lose
 	f.mu.Unlock()
 	if fault != nil {
 		if code, body, ok := fault(req); ok {
@@ -109,6 +116,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, body)
 			return
 		}
+	}
+	if lose != nil && lose(req) {
+		defer http.Error(w, "upstream request timeout", http.StatusGatewayTimeout)
+		w = httptest.NewRecorder()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -142,22 +153,29 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The object as written, at the next revision of the test's events.
-		fmt.Fprintf(w, `{"kind":"ConfigMap","metadata":{"resourceVersion":"%d"}}`, lastRV.Add(1))
+		rv := lastRV.Add(1)
+		f.patchRVs = append(f.patchRVs, rv)
+		fmt.Fprintf(w, `{"kind":"ConfigMap","metadata":{"resourceVersion":"%d"}}`, rv)
 	default:
 		writeStatus(w, 405, "MethodNotAllowed", r.Method+" "+r.URL.Path)
 	}
 }
 
 func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
-	sel, err := selector.Parse(strings.Join(req.query["labelSelector"], ""))
-	if err != nil {
-		writeStatus(w, 400, "BadRequest", err.Error())
-		return
+	matches := func(map[string]string) bool { return true }
+	if ls := strings.Join(req.query["labelSelector"], ""); ls != "" {
+		sel, err := selector.Parse(ls)
+		if err != nil {
+			writeStatus(w, 400, "BadRequest", err.Error())
+			return
+		}
+		matches = sel.Matches
 	}
+	name, byName := strings.CutPrefix(strings.Join(req.query["fieldSelector"], ""), "metadata.name=")
 	var names []string
-	for name, p := range f.pods {
-		if sel.Matches(p.labels) {
-			names = append(names, name)
+	for n, p := range f.pods {
+		if matches(p.labels) && (!byName || n == name) {
+			names = append(names, n)
 		}
 	}
 	slices.Sort(names)
@@ -203,12 +221,19 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 		writeStatus(w, 409, "Conflict", "Precondition failed: UID in precondition: "+opts.Preconditions.UID+", UID in object meta: "+p.uid)
 	case opts.Preconditions.ResourceVersion != "" && opts.Preconditions.ResourceVersion != strconv.FormatUint(p.version, 10):
 		writeStatus(w, 409, "Conflict", "Precondition failed: ResourceVersion in precondition: "+opts.Preconditions.ResourceVersion+", ResourceVersion in object meta: "+strconv.FormatUint(p.version, 10))
+	case p.terminating && f.graceful:
+		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q,"resourceVersion":"%d"}}`, name, p.version)
+		return
 	default:
 		rv := p.version
 		if len(opts.DryRun) == 0 {
-			delete(f.pods, name)
 			f.revision++
 			rv = f.revision
+			if f.graceful {
+				p.terminating, p.version = true, rv
+			} else {
+				delete(f.pods, name)
+			}
 			f.removed = append(f.removed, name)
 			if f.afterDelete != nil {
 				f.afterDelete(*p)
@@ -216,6 +241,14 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 		}
 		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q,"resourceVersion":"%d"}}`, name, rv)
 	}
+}
+
+// relabel gives a pod new labels at a new revision, as kubectl label does.
+func (f *fakeAPI) relabel(name string, labels map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revision++
+	f.pods[name].labels, f.pods[name].version = labels, f.revision
 }
 
 // replaceAll replaces every pod by a new one with the same labels, as a

@@ -8,28 +8,33 @@ import (
 // queue is a work queue of ConfigMap keys: a key waits at most once however
 // many events arrive, is never handed to two workers at once, and, added
 // while a worker has it, is handed out again after Done, so that the latest
-// state is always looked at.
+// state is always looked at. It holds keys only while a replica leads:
+// paused (a standby, or stopped), it drops what it holds and what is added,
+// and the next leader queues every ConfigMap that needs action (Lead); so a
+// standby's queue stays empty however many ConfigMaps come and go, and a
+// leader's holds at most one key per known ConfigMap, retry timers included.
 type queue struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
 	items      []string
 	dirty      map[string]bool // waiting, or added while processing
 	processing map[string]bool
-	paused     bool // Get hands out nothing (a standby, or stopped); keys still wait
+	timers     map[string]*time.Timer // one pending retry per key
+	paused     bool
 	onDepth    func(int)
 }
 
 func newQueue(onDepth func(int)) *queue {
-	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, onDepth: onDepth}
+	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, timers: map[string]*time.Timer{}, paused: true, onDepth: onDepth}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
 
-// Add queues key unless it is already waiting.
+// Add queues key unless it is already waiting or the queue is paused.
 func (q *queue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.dirty[key] {
+	if q.dirty[key] || q.paused {
 		return
 	}
 	q.dirty[key] = true
@@ -38,13 +43,47 @@ func (q *queue) Add(key string) {
 	}
 }
 
-// AddAfter queues key after d, for retries.
+// AddAfter queues key after d, for retries; a later retry of the same key
+// replaces an earlier one.
 func (q *queue) AddAfter(key string, d time.Duration) {
 	if d <= 0 {
 		q.Add(key)
 		return
 	}
-	time.AfterFunc(d, func() { q.Add(key) })
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.paused {
+		return
+	}
+	q.stopTimer(key)
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		if q.timers[key] == t {
+			delete(q.timers, key)
+			q.report()
+		}
+		q.mu.Unlock()
+		q.Add(key)
+	})
+	q.timers[key] = t
+	q.report()
+}
+
+// Forget drops key's pending retry: it succeeded.
+func (q *queue) Forget(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopTimer(key)
+	q.report()
+}
+
+// stopTimer stops key's pending retry. q.mu must be held.
+func (q *queue) stopTimer(key string) {
+	if t, ok := q.timers[key]; ok {
+		t.Stop()
+		delete(q.timers, key)
+	}
 }
 
 // Get blocks until a key is available; false when paused.
@@ -62,7 +101,7 @@ func (q *queue) Get() (key string, ok bool) {
 	q.items = q.items[1:]
 	q.processing[key] = true
 	delete(q.dirty, key)
-	q.onDepth(len(q.items))
+	q.report()
 	return key, true
 }
 
@@ -71,23 +110,44 @@ func (q *queue) Done(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.processing, key)
-	if q.dirty[key] {
+	if q.dirty[key] && !q.paused {
 		q.push(key)
 	}
 }
 
 func (q *queue) push(key string) {
 	q.items = append(q.items, key)
-	q.onDepth(len(q.items))
+	q.report()
 	q.cond.Signal()
 }
 
-// setPaused pauses (every Get returns at once, keys stay queued) or resumes.
+// report tells the depth: keys waiting and retries pending. q.mu must be
+// held.
+func (q *queue) report() { q.onDepth(len(q.items) + len(q.timers)) }
+
+// setPaused pauses (every Get returns at once, and what waits is dropped)
+// or resumes.
 func (q *queue) setPaused(paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.paused = paused
+	if paused {
+		for key := range q.timers {
+			q.stopTimer(key)
+		}
+		clear(q.items)
+		q.items = q.items[:0]
+		clear(q.dirty)
+		q.report()
+	}
 	q.cond.Broadcast()
+}
+
+// active reports that the queue takes keys: a term of Lead runs.
+func (q *queue) active() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.paused
 }
 
 // idle reports that no key is waiting or being processed.
@@ -97,9 +157,9 @@ func (q *queue) idle() bool {
 	return len(q.items) == 0 && len(q.processing) == 0
 }
 
-// Len is the number of keys waiting.
+// Len is the number of keys waiting or due for a retry.
 func (q *queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items)
+	return len(q.items) + len(q.timers)
 }

@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // Restart strategies (RESTART_STRATEGY).
@@ -27,7 +29,7 @@ const (
 // restartAll restarts the round's pending pods, at most
 // MaxConcurrentRestarts at a time (0: all at once). A pod that fails stays
 // pending, so a retried round restarts only those.
-func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *round, log *slog.Logger) error {
+func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(r.pods)
@@ -43,25 +45,21 @@ func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *r
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			fail(ctx.Err())
 		}
 		// A paced round stops at the first failure (it is retried later).
-		if err := c.mayRestart(ctx, key, r); err != nil {
-			fail(err)
-		}
 		if firstErr.Load() != nil {
 			break
 		}
+		r.sent = true
 		wg.Go(func() {
 			defer func() { <-sem }()
-			state, answer, err := c.restartPod(ctx, namespace, r.pods[i], log)
+			state, err := c.restartPod(ctx, key, cm, r, i, log)
 			if err != nil {
 				fail(err)
 				return
 			}
 			r.state[i] = state
-			if r.indexed != nil && state == podRestarted && !c.cfg.DryRun {
-				r.indexed.noteDeleted(r.pods[i].uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
-			}
 		})
 	}
 	wg.Wait()
@@ -71,38 +69,147 @@ func (c *Controller) restartAll(ctx context.Context, key, namespace string, r *r
 	return nil
 }
 
-// mayRestart checks, before each restart, that this replica may still act
-// and that no event has superseded the round (state.go, apply).
-func (c *Controller) mayRestart(ctx context.Context, key string, r *round) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// maxConflicts bounds the re-reads of one pod in one attempt: kubelet
+// status writes change a running pod every few seconds, and each makes a
+// precondition fail.
+const maxConflicts = 5
+
+// restartPod restarts r.pods[i] with the preconditions of the view that
+// last selected it. Each try, first and retried, asks current first. A
+// failed precondition re-reads the pod: retried with its new
+// resourceVersion only if it is still selected, the same pod and not
+// terminating (the same uid: created before the round, it may run old
+// data); otherwise left. While a disruption budget refuses an eviction it
+// is retried until EvictTimeout, then reported stuck and left alone: one
+// blocked pod must not hold the rollout of the others.
+func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r *round, i int, log *slog.Logger) (podState, error) {
+	pod := &r.pods[i]
+	evict := c.cfg.Strategy == StrategyEvict
+	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.metrics.PodDeletions.Inc
+	if evict {
+		verb, past, resource, permission, count = "evict", "evicted", "pods/eviction", "create on pods/eviction", c.metrics.PodEvictions.Inc
 	}
-	if !c.mayAct() {
-		return errNotLeader
+	log = log.With("pod", pod.name)
+	deadline := time.Now().Add(c.cfg.EvictTimeout)
+	var budget backoff.BackOff
+	for conflicts := 0; ; {
+		if err := c.current(ctx, key, cm, r); err != nil {
+			return podPending, err
+		}
+		answer, err := c.sendRestart(ctx, cm.namespace, *pod)
+		switch classify(err) {
+		case answerOK:
+			if c.cfg.DryRun {
+				count("dry_run")
+				log.Info("would "+verb+" pod (dry run)", "outcome", "dry_run")
+				return podRestarted, nil
+			}
+			count(past)
+			log.Info(past+" pod", "outcome", past)
+			if r.indexed != nil {
+				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
+			}
+			return podRestarted, nil
+		case answerGone:
+			count("not_found")
+			log.Info("pod already gone", "outcome", "not_found")
+			return podGone, nil
+		case answerBusy:
+			if !evict {
+				count("error")
+				return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, cm.namespace, pod.name, err)
+			}
+			if budget == nil {
+				budget = c.cfg.NewBackOff()
+			}
+			delay := max(budget.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
+			if time.Now().Add(delay).After(deadline) {
+				c.stuck(cm.namespace, *pod, log, err)
+				return podStuck, nil
+			}
+			log.Info("eviction not allowed yet (disruption budget); retrying", "retry_in", delay.Round(time.Millisecond))
+			select {
+			case <-ctx.Done():
+				return podPending, ctx.Err()
+			case <-time.After(delay): // collected once unreferenced (Go 1.23)
+			}
+		case answerConflict:
+			count("conflict")
+			if since, ok := r.indexedTermination(ctx, cm.namespace, pod.uid); ok {
+				// Our DELETE took effect though its answer was lost.
+				r.indexed.noteDeleted(pod.uid, since)
+				log.Info("pod terminating since our deletion", "outcome", "deleted")
+				return podRestarted, nil
+			}
+			if conflicts++; conflicts > maxConflicts {
+				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, cm.namespace, pod.name, conflicts, err)
+			}
+			if st, again, err := c.judgeAgain(ctx, cm.namespace, r.sel, pod, log, count); !again {
+				return st, err
+			}
+		case answerRefused:
+			count("error")
+			return podPending, c.refused(cm, verb, resource, "verb "+permission, err)
+		default:
+			count("error")
+			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
+			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, cm.namespace, pod.name, err)
+		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.entries[key]; e == nil || !e.exists || e.round != r {
-		return errSuperseded
-	}
-	return nil
 }
 
-// restartPod restarts one pod. A deletion also returns the server's answer,
-// the pod, whose resourceVersion is no earlier than the deletion's.
-func (c *Controller) restartPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, []byte, error) {
-	if c.cfg.Strategy == StrategyEvict {
-		state, err := c.evictPod(ctx, namespace, pod, log)
-		return state, nil, err
+// indexedTermination: the round began from the index, which showed the pod
+// running then and shows it terminating now; since is when it began to.
+func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (since uint64, ok bool) {
+	if r.indexed == nil {
+		return 0, false
 	}
-	answer, err := c.api.Delete(ctx, apiclient.CorePath(namespace, "pods", pod.name), []byte(c.deleteOptions(pod)))
-	state, err := c.outcome(false, namespace, pod, log, err)
-	return state, answer, err
+	return r.indexed.index.Terminated(ctx, namespace, uid, 0)
+}
+
+// judgeAgain re-reads a pod whose precondition failed: again is true, with
+// pod.rv refreshed, if the restart is to be tried again; else st is the
+// pod's state.
+func (c *Controller) judgeAgain(ctx context.Context, namespace string, sel *selector.Selector, pod *podRef, log *slog.Logger, count func(string)) (st podState, again bool, err error) {
+	now, found, err := c.reread(ctx, namespace, pod.name)
+	switch {
+	case err != nil:
+		return podPending, false, fmt.Errorf("re-read pod %s/%s: %w", namespace, pod.name, err)
+	case !found:
+		log.Info("pod gone since it was selected", "outcome", "not_found")
+		return podGone, false, nil
+	case now.uid != pod.uid:
+		// Another pod under the name (a StatefulSet's replacement),
+		// created after the round began: it runs the new data.
+		log.Info("pod replaced since it was selected; not restarting the replacement", "outcome", "conflict")
+		return podRefused, false, nil
+	case now.terminating:
+		log.Info("pod terminating since it was selected", "outcome", "not_found")
+		return podGone, false, nil
+	case !sel.Matches(now.labels):
+		count("left")
+		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
+		return podLeft, false, nil
+	}
+	pod.rv, pod.version = now.rv, now.version
+	return podPending, true, nil
+}
+
+// sendRestart sends one DELETE or eviction of pod. A deletion answers the
+// pod, whose resourceVersion is no earlier than the deletion's.
+func (c *Controller) sendRestart(ctx context.Context, namespace string, pod podRef) ([]byte, error) {
+	path := apiclient.CorePath(namespace, "pods", pod.name)
+	if c.cfg.Strategy == StrategyEvict {
+		body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
+			`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
+		return c.api.Create(ctx, path+"/eviction", []byte(body))
+	}
+	return c.api.Delete(ctx, path, []byte(c.deleteOptions(pod)))
 }
 
 // deleteOptions guards a restart with the pod's uid (StatefulSet pods keep
-// their names) and, for a pod taken from the index, its resourceVersion: a
-// pod changed since the index saw it is refused, not deleted.
+// their names) and resourceVersion as last seen: a pod changed since is
+// refused, not deleted.
 func (c *Controller) deleteOptions(pod podRef) string {
 	pre := `"uid":` + strconv.Quote(pod.uid)
 	if pod.rv != "" {
@@ -115,70 +222,12 @@ func (c *Controller) deleteOptions(pod podRef) string {
 	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
 }
 
-// outcome counts, logs and classifies the answer to a deletion or an
-// eviction. An error means "retry later".
-func (c *Controller) outcome(evict bool, namespace string, pod podRef, log *slog.Logger, err error) (podState, error) {
-	verb, past, permission, count := "delete", "deleted", "verb delete on pods", c.metrics.PodDeletions.Inc
-	if evict {
-		verb, past, permission, count = "evict", "evicted", "verb create on pods/eviction", c.metrics.PodEvictions.Inc
-	}
-	switch {
-	case err == nil && c.cfg.DryRun:
-		count("dry_run")
-		log.Info("would "+verb+" pod (dry run)", "pod", pod.name, "outcome", "dry_run")
-		return podRestarted, nil
-	case err == nil:
-		count(past)
-		log.Info(past+" pod", "pod", pod.name, "outcome", past)
-		return podRestarted, nil
-	case apiclient.IsNotFound(err):
-		count("not_found")
-		log.Info("pod already gone", "pod", pod.name, "outcome", "not_found")
-		return podGone, nil
-	case apiclient.IsConflict(err):
-		count("conflict")
-		log.Info("pod changed or replaced since it was selected; not restarting it", "pod", pod.name, "outcome", "conflict")
-		return podRefused, nil
-	case apiclient.IsForbidden(err):
-		count("error")
-		log.Error("cannot "+verb+" pod", "pod", pod.name, "outcome", "forbidden", "err", err)
-		return podPending, fmt.Errorf("RBAC: the controller may not %s pods in %s (needs %s): %w", verb, namespace, permission, err)
-	default:
-		count("error")
-		log.Warn("cannot "+verb+" pod", "pod", pod.name, "outcome", "error", "err", err)
-		return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, namespace, pod.name, err)
-	}
-}
-
-// evictPod evicts one pod. While a disruption budget refuses it (429), it
-// is retried until EvictTimeout, then reported stuck and left alone: one
-// blocked pod must not hold the rollout of the others.
-func (c *Controller) evictPod(ctx context.Context, namespace string, pod podRef, log *slog.Logger) (podState, error) {
-	body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
-		`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
-	path := apiclient.CorePath(namespace, "pods", pod.name) + "/eviction"
-	deadline := time.Now().Add(c.cfg.EvictTimeout)
-	bo := c.cfg.NewBackOff()
-	for {
-		_, err := c.api.Create(ctx, path, []byte(body))
-		if !apiclient.IsTooManyRequests(err) {
-			return c.outcome(true, namespace, pod, log, err)
-		}
-		delay := max(bo.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
-		if time.Now().Add(delay).After(deadline) {
-			c.metrics.PodEvictions.Inc("stuck")
-			log.Error("pod still not evictable; leaving it", "pod", pod.name, "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
-			if c.cfg.Events != nil {
-				c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
-					fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
-			}
-			return podStuck, nil
-		}
-		log.Info("eviction not allowed yet (disruption budget); retrying", "pod", pod.name, "retry_in", delay.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-			return podPending, ctx.Err()
-		case <-time.After(delay): // collected once unreferenced (Go 1.23)
-		}
+// stuck reports a pod a disruption budget kept from being evicted.
+func (c *Controller) stuck(namespace string, pod podRef, log *slog.Logger, err error) {
+	c.metrics.PodEvictions.Inc("stuck")
+	log.Error("pod still not evictable; leaving it", "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
+	if c.cfg.Events != nil {
+		c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
+			fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -28,22 +30,32 @@ const (
 )
 
 // round is the restart of the pods one ConfigMap selects, for one digest.
+// intent, writing and rewrite are guarded by the controller's mu; the rest
+// belongs to the worker that runs the round.
 type round struct {
 	hash     digest
 	selector string
+	sel      *selector.Selector
 	intent   string // the intent it wrote or resumed ("" while none)
 	// writing is the intent being written: its event may come before the
 	// write's answer, and must not end the round.
 	writing string
-	pods    []podRef
+	// rewrite: the intent was wiped (apply); it is written again before
+	// the next restart.
+	rewrite bool
+	resumed bool       // it resumed an intent: earlier rounds restarted some of its pods
+	sent    bool       // a restart was sent (owned by the worker)
+	pods    []podRef   // pods[i].rv is refreshed by its restart only
 	state   []podState // state[i] is pods[i]'s, owned by its restart
 	indexed *indexed   // set when the round began from the pod index
 }
 
+// podRef is a pod as last seen in a view that selected it: its uid and
+// resourceVersion are the preconditions of each restart.
 type podRef struct {
 	name, uid string
-	rv        string // from the pod index: a precondition of the deletion
-	version   uint64 // metadata.resourceVersion as listed, 0 if unknown
+	rv        string // metadata.resourceVersion as seen
+	version   uint64 // the same as a number, 0 if it is not one
 }
 
 type podState uint8
@@ -52,14 +64,44 @@ const (
 	podPending   podState = iota
 	podRestarted          // or would be, in a dry run
 	podGone               // not found
-	podRefused            // a precondition failed: replaced, or changed since the index saw it
+	podRefused            // replaced by another pod of its name, or (index) changed since seen
+	podLeft               // changed since selected, and no longer selected
 	podStuck              // a disruption budget kept refusing its eviction
 )
 
 var (
 	errNotLeader  = errors.New("not the leader: round stopped")
 	errSuperseded = errors.New("the configmap changed: round superseded") // the change queued it again
+	// errIntentLost: the round's intent was wiped; write it again, go on.
+	errIntentLost = errors.New("the round's intent was removed")
 )
+
+// current is the one currency check, asked before every write (intent,
+// each restart and retry, record): nil if this replica may act and round
+// r (nil for an adoption or a record without a round) is still the current
+// one for the ConfigMap as cm shows it.
+func (c *Controller) current(ctx context.Context, key string, cm configMap, r *round) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !c.mayAct() {
+		return errNotLeader
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	switch {
+	case e == nil || !e.exists || e.cm.uid != cm.uid || e.cm.hash != cm.hash || e.cm.selector != cm.selector:
+		return errSuperseded
+	case r == nil:
+		return nil
+	case e.round != r:
+		return errSuperseded
+	case r.rewrite:
+		return errIntentLost
+	}
+	return nil
+}
 
 func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
 
@@ -113,15 +155,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 			return resultUnchanged, nil
 		}
 	}
-	if err == nil && r.intent == "" && len(r.pods) > 0 {
-		// I before the first restart: a round cut short leaves it behind.
-		err = c.writeIntent(ctx, key, cm, r.pods)
-	}
 	if err == nil {
-		err = c.restartAll(ctx, key, cm.namespace, r, log)
-	}
-	if err == nil && r.indexed != nil && !r.indexed.swept {
-		err = c.finishSweep(ctx, key, cm, sel, r, log)
+		err = c.runRound(ctx, key, cm, r, log)
 	}
 	if err == nil {
 		err = c.record(ctx, key, cm, r)
@@ -149,6 +184,43 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 	return resultRestarted, nil
 }
 
+// runRound writes the round's intent, restarts its pods and sweeps; a wiped
+// intent is written again and the round goes on.
+func (c *Controller) runRound(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+	for rewrites := 0; ; rewrites++ {
+		if rewrites > maxRewrites {
+			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
+		}
+		var err error
+		if c.needsIntent(r) {
+			// I before the first restart: a round cut short leaves it
+			// behind.
+			err = c.writeIntent(ctx, key, cm, r, r.pods, log)
+		}
+		if err == nil {
+			err = c.restartAll(ctx, key, cm, r, log)
+		}
+		if err == nil && r.indexed != nil && !r.indexed.swept {
+			err = c.finishSweep(ctx, key, cm, r, log)
+		}
+		if !errors.Is(err, errIntentLost) {
+			return err
+		}
+		log.Info("the round's intent was removed (the object replaced?); writing it again")
+	}
+}
+
+// maxRewrites bounds how often one reconcile writes a wiped intent again:
+// something that keeps removing it is not fought without a pause.
+const maxRewrites = 3
+
+// needsIntent: r has pods and no intent on the server (none yet, or wiped).
+func (c *Controller) needsIntent(r *round) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(r.pods) > 0 && (r.intent == "" || r.rewrite)
+}
+
 // wrote reports whether the intent text is the round's own: written, or
 // being written. A removed intent ("") is ours only before we wrote one.
 func (r *round) wrote(text string) bool {
@@ -160,7 +232,7 @@ func (r *round) wrote(text string) bool {
 // (sweep.go), else those a LIST returns. The round is kept from here on, so
 // that a retry does not take pods created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
-	r := &round{hash: cm.hash, selector: cm.selector}
+	r := &round{hash: cm.hash, selector: cm.selector, sel: sel, resumed: resume != nil}
 	var pods []podRef
 	if resume == nil {
 		pods, r.indexed = c.fromIndex(cm.namespace, sel)
@@ -181,50 +253,99 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	}
 	r.pods, r.state = pods, make([]podState, len(pods))
 
+	if err := c.current(ctx, key, cm, nil); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	if e == nil || !e.exists || e.cm.hash != cm.hash || e.cm.selector != cm.selector || (resume != nil && e.i.text != r.intent) {
+	if e == nil || (resume != nil && e.i.text != r.intent) {
 		return nil, errSuperseded
 	}
 	e.round = r
 	return r, nil
 }
 
-// writeIntent writes I: a round for cm.hash over pods.
-func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, pods []podRef) error {
+// writeIntent writes I: round r for cm.hash over pods. An intent too large
+// for the annotations falls back to the form that names no pods. Found
+// superseded after the write, a round that has restarted nothing removes
+// the intent again: no pod ran its data, and left behind it would read as
+// pods mixed.
+func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(cm.hash, pods)
-	c.mu.Lock()
-	if e := c.entries[key]; e != nil && e.round != nil {
-		e.round.writing = in.text
+	err := c.writeIntentText(ctx, key, cm, r, in)
+	if errors.Is(err, errIntentTooLong) {
+		coarse := parseIntent(cm.hash.String() + "/*")
+		log.Warn("intent naming the round's pods is over the annotation size limit; writing the form that names none", "pods", len(pods))
+		c.event(cm, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote %s/* instead: if this round is cut short, the next one restarts every selected pod.", len(pods), cm.hash.short()))
+		in = coarse
+		err = c.writeIntentText(ctx, key, cm, r, in)
 	}
+	if err != nil {
+		return fmt.Errorf("record the round in progress: %w", err)
+	}
+	if err := c.current(ctx, key, cm, r); err != nil {
+		if errors.Is(err, errSuperseded) && !r.resumed && !r.sent {
+			c.undoIntent(ctx, key, cm, in, log)
+		}
+		return err
+	}
+	return nil
+}
+
+// errIntentTooLong: the server refused an intent naming pods for the size
+// of the annotations.
+var errIntentTooLong = errors.New("the intent is over the annotations' size limit")
+
+func (c *Controller) writeIntentText(ctx context.Context, key string, cm configMap, r *round, in intent) error {
+	c.mu.Lock()
+	r.writing = in.text
 	c.mu.Unlock()
-	err := c.writeState(ctx, key, cm, RestartingAnnotation, in.text, func(e *entry) {
+	return c.writeState(ctx, key, cm, r, RestartingAnnotation, in.text, func(e *entry) {
 		e.i = in
 		if e.cm.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
 		}
-		if e.round != nil {
-			e.round.intent = in.text
+		if e.round == r {
+			r.intent, r.rewrite = in.text, false
 		}
 	})
-	if err != nil {
-		return fmt.Errorf("record the round in progress: %w", err)
+}
+
+// undoIntent removes intent in, written for a round found superseded
+// before it restarted anything, unless someone wrote another since. It is
+// the one write that does not ask current: it undoes.
+func (c *Controller) undoIntent(ctx context.Context, key string, cm configMap, in intent, log *slog.Logger) {
+	c.mu.Lock()
+	e := c.entries[key]
+	ours := e != nil && e.i.text == in.text
+	c.mu.Unlock()
+	if !ours || !c.mayAct() {
+		return
 	}
-	return nil
+	var rv uint64
+	if c.recordsOnServer() {
+		var err error
+		if rv, err = c.patchAnnotations(ctx, cm, map[string]any{RestartingAnnotation: nil}); err != nil {
+			// The next round writes its own intent; until then the
+			// model reads this one as pods mixed, which errs on a
+			// restart too many.
+			log.Warn("cannot remove the intent of a superseded round", "err", err)
+			return
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.i.text == in.text {
+		e.i = intent{}
+		e.wrote(rv, RestartingAnnotation, "")
+	}
 }
 
 // record writes R = cm.hash and removes I, ending round r (nil for an
 // adoption) unless r is no longer the current one.
 func (c *Controller) record(ctx context.Context, key string, cm configMap, r *round) error {
-	c.mu.Lock()
-	e := c.entries[key]
-	stale := e == nil || !e.exists || e.cm.hash != cm.hash || (r != nil && e.round != r)
-	c.mu.Unlock()
-	if stale {
-		return errSuperseded
-	}
-	return c.writeState(ctx, key, cm, RestartedForAnnotation, cm.hash.String(), func(e *entry) {
+	return c.writeState(ctx, key, cm, r, RestartedForAnnotation, cm.hash.String(), func(e *entry) {
 		e.r, e.i, e.adopted = cm.hash, intent{}, false
 		if r != nil && e.round == r {
 			e.round = nil
@@ -232,13 +353,12 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 	})
 }
 
-// writeState patches R (removing I) or I on the ConfigMap, naming its uid
-// so that a re-created one of the same name is not marked, then applies
-// the write to the entry. Without RECORD_HASH, or in a dry run, the state
-// lives in memory only.
-func (c *Controller) writeState(ctx context.Context, key string, cm configMap, annotation, value string, apply func(e *entry)) error {
-	if !c.mayAct() {
-		return errNotLeader
+// writeState patches R (removing I) or I on the ConfigMap, if round r is
+// still current, then applies the write to the entry. Without RECORD_HASH,
+// or in a dry run, the state lives in memory only.
+func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r *round, annotation, value string, apply func(e *entry)) error {
+	if err := c.current(ctx, key, cm, r); err != nil && !errors.Is(err, errIntentLost) {
+		return err
 	}
 	var written uint64
 	if c.recordsOnServer() {
@@ -246,47 +366,85 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, a
 		if annotation == RestartedForAnnotation {
 			annotations[RestartingAnnotation] = nil
 		}
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
-		if err != nil {
-			return fmt.Errorf("build patch: %w", err)
-		}
-		answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
-		switch {
-		case apiclient.IsNotFound(err) || apiclient.IsConflict(err) || apiclient.IsInvalid(err):
+		var err error
+		written, err = c.patchAnnotations(ctx, cm, annotations)
+		switch classify(err) {
+		case answerOK:
+		case answerGone, answerConflict:
 			// Deleted or replaced meanwhile: the new object gets its own round.
 			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
-		case apiclient.IsForbidden(err):
-			return fmt.Errorf("RBAC: the controller may not patch configmaps in %s (needs verb patch on configmaps, or RECORD_HASH=false): %w", cm.namespace, err)
-		case err != nil:
+		case answerTooLong:
+			if annotation == RestartingAnnotation && !strings.HasSuffix(value, "/*") {
+				return fmt.Errorf("%w: %w", errIntentTooLong, err)
+			}
+			return c.refused(cm, "patch", "configmaps", "room in the annotations: the others fill the 256 KiB", err)
+		case answerRefused:
+			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
+		default:
 			return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
 		}
-		written = gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
-		e.written = max(e.written, written) // older events show R and I as they were before
+		e.wrote(written, annotation, value) // older events show R and I as they were before
 		apply(e)
 	}
 	return nil
+}
+
+// patchAnnotations merge-patches annotations of the ConfigMap, naming its
+// uid so that a re-created one of the same name is not marked, and returns
+// the revision the server answered.
+func (c *Controller) patchAnnotations(ctx context.Context, cm configMap, annotations map[string]any) (uint64, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
+	if err != nil {
+		return 0, fmt.Errorf("build patch: %w", err)
+	}
+	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+	if err != nil {
+		return 0, err
+	}
+	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), nil
 }
 
 // listPods returns the selected pods, except terminating ones and the
 // controller's own.
 func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
 	var pods []podRef
-	q := url.Values{"labelSelector": {sel.String()}, "limit": {"500"}}
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
+		switch {
+		case p.terminating:
+		case p.name == c.cfg.OwnPod:
+			c.log.Info("not deleting own pod", "namespace", namespace, "pod", p.name)
+		default:
+			pods = append(pods, p.podRef)
+		}
+	})
+	return pods, err
+}
+
+// listedPod is a pod as a metadata-only LIST shows it.
+type listedPod struct {
+	podRef
+	labels      map[string]string
+	terminating bool
+}
+
+// eachPod lists pods with query q, page by page, and calls visit for each.
+func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(listedPod)) error {
+	q.Set("limit", "500")
 	path := apiclient.CorePath(namespace, "pods", "")
 	for {
 		body, err := c.api.Get(ctx, path, q, watch.MetadataListAccept) // names, uids and deletion timestamps, not specs
 		if err != nil {
 			if apiclient.IsForbidden(err) {
-				return nil, fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
 			}
-			return nil, err
+			return err
 		}
 		if !gjson.ValidBytes(body) {
-			return nil, fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
+			return fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
 		}
 		page := gjson.ParseBytes(body)
 		items := page.Get("items") // null when empty, in a metadata-only list
@@ -295,24 +453,39 @@ func (c *Controller) listPods(ctx context.Context, namespace string, sel *select
 		}
 		items.ForEach(func(_, item gjson.Result) bool {
 			meta := item.Get("metadata")
-			name, uid := meta.Get("name").String(), meta.Get("uid").String()
-			switch {
-			case name == "" || uid == "":
+			p := listedPod{podRef: podRef{name: meta.Get("name").String(), uid: meta.Get("uid").String(), rv: meta.Get("resourceVersion").String()},
+				terminating: meta.Get("deletionTimestamp").Exists()}
+			p.version, _ = strconv.ParseUint(p.rv, 10, 64)
+			if p.name == "" || p.uid == "" {
 				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
-			case meta.Get("deletionTimestamp").Exists():
-			case name == c.cfg.OwnPod:
-				c.log.Info("not deleting own pod", "namespace", namespace, "pod", name)
-			default:
-				pods = append(pods, podRef{name: name, uid: uid, version: meta.Get("resourceVersion").Uint()})
+				return true
 			}
+			p.labels = map[string]string{}
+			meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
+				p.labels[k.String()] = v.String()
+				return true
+			})
+			visit(p)
 			return true
 		})
 		cont := page.Get("metadata.continue").String()
 		if cont == "" {
-			return pods, nil
+			return nil
 		}
 		q.Set("continue", cont)
 	}
+}
+
+// reread returns the pod of pod's name as it is now, through a LIST with a
+// metadata.name field selector (the verb the sweep needs; no get); found
+// is false if there is none.
+func (c *Controller) reread(ctx context.Context, namespace, name string) (p listedPod, found bool, err error) {
+	err = c.eachPod(ctx, namespace, url.Values{"fieldSelector": {"metadata.name=" + name}}, func(l listedPod) {
+		if l.name == name {
+			p, found = l, true
+		}
+	})
+	return p, found, err
 }
 
 func (c *Controller) event(cm configMap, typ, reason, message string) {
@@ -327,6 +500,9 @@ func (c *Controller) event(cm configMap, typ, reason, message string) {
 func (c *Controller) roundFailed(cm configMap, err error) {
 	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, context.Canceled) {
 		return
+	}
+	if _, ok := errors.AsType[*refusal](err); ok {
+		return // its Event is out already
 	}
 	c.event(cm, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
 }

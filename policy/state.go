@@ -57,7 +57,11 @@ func (e *entry) decide(recordsOnServer bool) step {
 }
 
 // apply takes an event's view of the ConfigMap into the entry; the caller
-// has dropped events older than one applied.
+// has dropped events older than one applied. It holds the one rule for our
+// own writes of R and I against anyone else's: e.cm shows the annotations
+// as the server has them after the later of that event and our last write
+// (wrote); an event older than our last write is that write's past, and its
+// R and I do not count; a newer one shows what others made of them.
 func (e *entry) apply(cm configMap) {
 	prev := e.cm
 	if prev.uid != cm.uid {
@@ -82,10 +86,37 @@ func (e *entry) apply(cm configMap) {
 	if e.i.present() && e.i.hash != cm.hash {
 		e.outdated = e.i.text
 	}
+	r := e.round
+	// A wipe: our intent gone with no record in its place, the object
+	// replaced whole with the same data (kubectl replace, a GitOps tool).
+	// The round goes on, and writes I again before its next restart.
+	wiped := r != nil && r.intent != "" && prev.intent.text == r.intent && !cm.intent.present() && !recorded
 	// The round in memory ends on someone's record, someone else's intent,
-	// other data or another selector; a worker checks before each restart.
-	if r := e.round; r != nil && (recorded || (intentWritten && !r.wrote(cm.intent.text)) || r.hash != cm.hash || r.selector != cm.selector) {
+	// other data or another selector; every write checks first (current).
+	if r != nil && (recorded || (intentWritten && !wiped && !r.wrote(cm.intent.text)) || r.hash != cm.hash || r.selector != cm.selector) {
 		e.round = nil
+	} else if wiped {
+		r.rewrite = true
 	}
 	e.cm = cm
+}
+
+// wrote applies our own write of annotation (R, which removes I, or I) to
+// what e.cm shows, the server having answered at revision rv (0: memory
+// only), unless an event newer than the write was applied already: that
+// one shows the server's state.
+func (e *entry) wrote(rv uint64, annotation, value string) {
+	if rv == 0 {
+		return
+	}
+	e.written = max(e.written, rv)
+	if e.cm.version > rv {
+		return
+	}
+	if annotation == RestartedForAnnotation {
+		e.cm.recorded, _ = parseDigest(value)
+		e.cm.intent = intent{}
+	} else {
+		e.cm.intent = parseIntent(value)
+	}
 }

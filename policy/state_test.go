@@ -74,11 +74,22 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		assert.Equal(t, i2b.text, e.i.text)
 		assert.NotNil(t, e.round)
 	})
-	t.Run("OurIntentRemovedBySomeoneElseEndsTheRound", func(t *testing.T) {
+	t.Run("OurIntentWipedKeepsTheRoundAndWritesItAgain", func(t *testing.T) {
 		e := entry{cm: configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"}, r: d1, i: i2, written: 9}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
-		e.apply(configMap{uid: "u", version: 11, hash: d2, recorded: d1, selector: "a=b"})
-		assert.Nil(t, e.round, "an intent removed without a record is someone else's write")
+		e.apply(configMap{uid: "u", version: 11, hash: d2, selector: "a=b"}) // kubectl replace
+		require.NotNil(t, e.round, "a replace with the same data ends no round")
+		assert.True(t, e.round.rewrite)
+		assert.False(t, e.i.present())
+		assert.Equal(t, d1, e.r, "R is what the pods ran before the round")
+	})
+	t.Run("OurOwnLateEventIsThePastOfOurRecord", func(t *testing.T) {
+		e := entry{cm: configMap{uid: "u", version: 8, hash: d2, recorded: d1, selector: "a=b"}, r: d1}
+		e.wrote(9, RestartingAnnotation, i2.text)
+		e.r = d2
+		e.wrote(10, RestartedForAnnotation, d2.String())
+		e.apply(configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		assert.Equal(t, stepNothing, e.decide(true), "no second record")
 	})
 	t.Run("PeerRecordIsTaken", func(t *testing.T) {
 		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1}, r: d1}

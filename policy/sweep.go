@@ -96,7 +96,8 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 			return nil, nil
 		}
 		if p.Name != c.cfg.OwnPod {
-			pods = append(pods, podRef{name: p.Name, uid: p.UID, rv: p.ResourceVersion})
+			version, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+			pods = append(pods, podRef{name: p.Name, uid: p.UID, rv: p.ResourceVersion, version: version})
 		}
 	}
 	return pods, &indexed{index: idx, lists: lists, answered: math.MaxUint64}
@@ -104,8 +105,8 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 
 // finishSweep lists the selected pods and restarts those the round must
 // restart too, naming them in the intent first.
-func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, sel *selector.Selector, r *round, log *slog.Logger) error {
-	listed, err := c.listPods(ctx, cm.namespace, sel)
+func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+	listed, err := c.listPods(ctx, cm.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("sweep: list pods: %w", err)
 	}
@@ -133,12 +134,12 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	if len(missed) > 0 {
 		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
 		all := append(slices.Clone(r.pods), missed...)
-		if err := c.writeIntent(ctx, key, cm, all); err != nil {
+		if err := c.writeIntent(ctx, key, cm, r, all, log); err != nil {
 			return err
 		}
 		r.pods = all
 		r.state = append(r.state, make([]podState, len(missed))...)
-		if err := c.restartAll(ctx, key, cm.namespace, r, log); err != nil {
+		if err := c.restartAll(ctx, key, cm, r, log); err != nil {
 			return err
 		}
 	}
