@@ -189,7 +189,6 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	} else {
 		wg.Go(func() {
 			elector.Run(ctx, func(leadCtx context.Context) {
-				ctrl.EnqueueAll() // changes made while we stood by
 				ctrl.Lead(leadCtx, func() time.Duration {
 					if ctx.Err() != nil {
 						// Shutting down: finish in-flight work while the lease is surely ours.

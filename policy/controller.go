@@ -341,7 +341,7 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
 	c.queue.setPaused(false)
-	c.EnqueueAll()
+	c.enqueueAll()
 	c.releaseAfterSync()
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
@@ -354,10 +354,10 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	wg.Wait()
 }
 
-// EnqueueAll queues every known ConfigMap that needs action, for a new
-// leader: it may have stood by while changes were made. Lead calls it; the
-// queue takes nothing while no term runs.
-func (c *Controller) EnqueueAll() {
+// enqueueAll queues every known ConfigMap that needs action, for a new
+// leader: it may have stood by while changes were made (the queue takes
+// nothing while no term runs).
+func (c *Controller) enqueueAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.entries {

@@ -515,7 +515,6 @@ func TestStandbyActsOnlyWhenLeading(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		c.EnqueueAll()
 		c.Lead(ctx, func() time.Duration { return 0 })
 		close(done)
 	}()
