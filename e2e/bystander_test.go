@@ -232,17 +232,7 @@ func TestBystanderReplaceMidRoundRestartsNoReplacement(t *testing.T) {
 // deleted, and the leader's queue drains.
 func TestBystanderStandbyQueueStaysEmpty(t *testing.T) {
 	ns := newNamespace(t)
-	replica := func(name string) controllerOpts {
-		return controllerOpts{namespace: ns, extraEnv: []string{
-			"LEADER_ELECT=true", "POD_NAME=" + name, "LEASE_NAME=e2e-queue",
-			"LEASE_DURATION=3s", "RENEW_DEADLINE=2s", "RETRY_PERIOD=500ms",
-		}}
-	}
-	a := startController(t, replica("replica-a"))
-	a.WaitReady(t)
-	a.WaitMetric(t, 1, "config_watcher_leader")
-	b := startController(t, replica("replica-b"))
-	b.WaitReady(t)
+	a, b := startLeaderAndStandby(t, ns, "e2e-queue")
 
 	const cycles = 2000
 	path := env.proxyURL + "/api/v1/namespaces/" + ns + "/configmaps"

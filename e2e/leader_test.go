@@ -12,6 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// startLeaderAndStandby starts two replicas with LEADER_ELECT=true on the
+// Lease named lease, with short timings, and returns them once replica-a
+// leads and replica-b stands by, both ready.
+func startLeaderAndStandby(t *testing.T, ns, lease string) (leader, standby *controllerProc) {
+	t.Helper()
+	replica := func(name string) controllerOpts {
+		return controllerOpts{namespace: ns, extraEnv: []string{
+			"LEADER_ELECT=true", "POD_NAME=" + name, "LEASE_NAME=" + lease,
+			"LEASE_DURATION=3s", "RENEW_DEADLINE=2s", "RETRY_PERIOD=500ms",
+		}}
+	}
+	leader = startController(t, replica("replica-a"))
+	leader.WaitReady(t)
+	leader.WaitMetric(t, 1, "config_watcher_leader")
+	standby = startController(t, replica("replica-b"))
+	standby.WaitReady(t)
+	return leader, standby
+}
+
 // TestLeaderElection ensures two replicas with LEADER_ELECT=true act as one:
 // a data change deletes each pod exactly once, and when the leader is killed
 // (no chance to release its Lease) the standby takes over and handles the
@@ -20,18 +39,7 @@ func TestLeaderElection(t *testing.T) {
 	ns := newNamespace(t)
 	apply(t, ns, webappManifests("app=webapp"))
 	original := waitPods(t, ns, "app=webapp", 2)
-	replica := func(name string) controllerOpts {
-		return controllerOpts{namespace: ns, extraEnv: []string{
-			"LEADER_ELECT=true", "POD_NAME=" + name, "LEASE_NAME=e2e",
-			"LEASE_DURATION=3s", "RENEW_DEADLINE=2s", "RETRY_PERIOD=500ms",
-		}}
-	}
-
-	a := startController(t, replica("replica-a"))
-	a.WaitReady(t)
-	a.WaitMetric(t, 1, "config_watcher_leader")
-	b := startController(t, replica("replica-b"))
-	b.WaitReady(t)
+	a, b := startLeaderAndStandby(t, ns, "e2e")
 	adopted := waitRestartedFor(t, ns, "webapp-config", "")
 	assert.Equal(t, float64(0), b.Metric(t, "config_watcher_leader"), "two leaders")
 
