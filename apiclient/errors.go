@@ -116,13 +116,6 @@ func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
 // IsConflict: a precondition (uid, resourceVersion) did not hold.
 func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
 
-// IsInvalid: the server refused the content (422), e.g. an immutable field.
-func IsInvalid(err error) bool { return hasCode(err, http.StatusUnprocessableEntity) }
-
-// IsBadRequest: the server did not understand the request (400), e.g. a
-// query parameter an older server does not know.
-func IsBadRequest(err error) bool { return hasCode(err, http.StatusBadRequest) }
-
 // IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not allow now.
 func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }
 

@@ -223,7 +223,7 @@ func transportError(t *testing.T) error {
 // wrapping, and only its answer: other codes, a transport failure and a
 // cancelled request match none of them.
 func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
-	type flags struct{ badRequest, notFound, conflict, forbidden, gone, invalid bool }
+	type flags struct{ notFound, conflict, forbidden, gone bool }
 	status := func(code int, reason string) error { return &apiclient.StatusError{Code: code, Reason: reason} }
 	tests := []struct {
 		name string
@@ -231,7 +231,7 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		want flags
 	}{
 		{name: "Nil", err: nil},
-		{name: "BadRequest400", err: status(400, "BadRequest"), want: flags{badRequest: true}},
+		{name: "BadRequest400IsNoneOfThem", err: status(400, "BadRequest")},
 		{name: "Unauthorized401IsNoneOfThem", err: status(401, "Unauthorized")},
 		{name: "Forbidden403", err: status(403, "Forbidden"), want: flags{forbidden: true}},
 		{name: "NotFound404", err: status(404, "NotFound"), want: flags{notFound: true}},
@@ -239,7 +239,7 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		{name: "Gone410", err: status(410, "Gone"), want: flags{gone: true}},
 		{name: "Gone410PlainText", err: status(410, ""), want: flags{gone: true}},
 		{name: "ExpiredReasonWithoutCode", err: status(0, "Expired"), want: flags{gone: true}},
-		{name: "Invalid422", err: status(422, "Invalid"), want: flags{invalid: true}},
+		{name: "Invalid422IsNoneOfThem", err: status(422, "Invalid")},
 		{name: "TooManyRequests429IsNoneOfThem", err: status(429, "TooManyRequests")},
 		{name: "Internal500IsNoneOfThem", err: status(500, "InternalError")},
 		{name: "WrappedNotFound", err: fmt.Errorf("delete pod default/webapp-1: %w", status(404, "NotFound")), want: flags{notFound: true}},
@@ -251,12 +251,10 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := flags{
-				badRequest: apiclient.IsBadRequest(tt.err),
-				notFound:   apiclient.IsNotFound(tt.err),
-				conflict:   apiclient.IsConflict(tt.err),
-				forbidden:  apiclient.IsForbidden(tt.err),
-				gone:       apiclient.IsGone(tt.err),
-				invalid:    apiclient.IsInvalid(tt.err),
+				notFound:  apiclient.IsNotFound(tt.err),
+				conflict:  apiclient.IsConflict(tt.err),
+				forbidden: apiclient.IsForbidden(tt.err),
+				gone:      apiclient.IsGone(tt.err),
 			}
 			assert.Equal(t, tt.want, got)
 		})
