@@ -171,14 +171,3 @@ func (n *Namespaces) Cover(namespace string) *Index {
 	}
 	return c.Index
 }
-
-// Len returns the number of pods indexed over all namespaces.
-func (n *Namespaces) Len() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	total := 0
-	for _, c := range n.covered {
-		total += c.Index.Len()
-	}
-	return total
-}

@@ -275,14 +275,3 @@ func (x *Index) waitFor(ctx context.Context, wait time.Duration, found func() bo
 		}
 	}
 }
-
-// Len returns the number of pods indexed.
-func (x *Index) Len() int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	n := 0
-	for _, pods := range x.pods {
-		n += len(pods)
-	}
-	return n
-}

@@ -429,3 +429,10 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 func handle(t *testing.T, c *Controller, typ watch.EventType, s cmSpec) {
 	c.Handle(watch.Event{Type: typ, Object: s.json(t), ResourceVersion: "42"})
 }
+
+// Len is the number of keys waiting or due for a retry.
+func (q *queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) + len(q.timers)
+}

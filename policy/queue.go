@@ -156,10 +156,3 @@ func (q *queue) idle() bool {
 	defer q.mu.Unlock()
 	return len(q.items) == 0 && len(q.processing) == 0
 }
-
-// Len is the number of keys waiting or due for a retry.
-func (q *queue) Len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items) + len(q.timers)
-}
