@@ -18,6 +18,13 @@ import (
 	"time"
 )
 
+// Accept headers that ask for metadata only. A server that cannot serve
+// metadata alone sends whole objects, which read the same way.
+const (
+	MetadataListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	MetadataAccept     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
+
 const (
 	contentJSON       = "application/json"
 	contentMergePatch = "application/merge-patch+json"

@@ -454,10 +454,10 @@ func TestReplayMetadataListWatch(t *testing.T) {
 		reqs := api.requests()
 		require.GreaterOrEqual(t, len(reqs), 3)
 		assert.False(t, reqs[0].watch)
-		assert.Equal(t, watch.MetadataListAccept, reqs[0].accept, "LIST %s", reqs[0].query)
+		assert.Equal(t, apiclient.MetadataListAccept, reqs[0].accept, "LIST %s", reqs[0].query)
 		for _, r := range reqs[1:] {
 			assert.True(t, r.watch, "no relist")
-			assert.Equal(t, watch.MetadataAccept, r.accept, "WATCH %s", r.query)
+			assert.Equal(t, apiclient.MetadataAccept, r.accept, "WATCH %s", r.query)
 		}
 		assert.Equal(t, rec.list.Metadata.ResourceVersion, reqs[1].rv, "the watch starts at the list's revision")
 		assert.Equal(t, lastRV, reqs[2].rv, "and resumes from the last line's")

@@ -16,7 +16,6 @@ import (
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/selector"
-	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -436,7 +435,7 @@ func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values
 	q.Set("limit", "500")
 	path := apiclient.CorePath(namespace, "pods", "")
 	for {
-		body, err := c.api.Get(ctx, path, q, watch.MetadataListAccept) // names, uids and deletion timestamps, not specs
+		body, err := c.api.Get(ctx, path, q, apiclient.MetadataListAccept) // names, uids and deletion timestamps, not specs
 		if err != nil {
 			if apiclient.IsForbidden(err) {
 				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)

@@ -214,13 +214,6 @@ func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) 
 	}
 }
 
-// Accept headers that ask for metadata only. A server that cannot serve
-// metadata alone sends whole objects, which read the same way.
-const (
-	MetadataListAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-	MetadataAccept     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
-)
-
 // accept returns metadata if the config asks for metadata only, else the
 // client's default.
 func (lw *ListWatcher) accept(metadata string) string {
@@ -258,7 +251,7 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 
 // listPage reads one page and hands over its items as it decodes them.
 func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (listMeta, error) {
-	body, err := lw.client.GetBody(ctx, lw.cfg.Path, q, lw.accept(MetadataListAccept))
+	body, err := lw.client.GetBody(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataListAccept))
 	if err != nil {
 		return listMeta{}, err
 	}
@@ -290,7 +283,7 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
-	body, err := lw.client.Stream(ctx, lw.cfg.Path, q, lw.accept(MetadataAccept))
+	body, err := lw.client.Stream(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataAccept))
 	if err != nil {
 		return 0, timeout, err
 	}

@@ -102,7 +102,7 @@ func (r *recorder) url(path string, q url.Values) string {
 
 // Accept headers. Every recording asks for acceptJSON, as config-watcher's requests do,
 // except the metadata-only ones, which ask for what a watch.ListWatcher with
-// MetadataOnly sends (watch.MetadataListAccept and watch.MetadataAccept, copied here
+// MetadataOnly sends (apiclient.MetadataListAccept and apiclient.MetadataAccept, copied here
 // because the recorder is stdlib only; a test keeps the copies equal).
 const (
 	acceptJSON         = "application/json"
