@@ -51,7 +51,6 @@ type Config struct {
 	// annotated ConfigMap (true) and loses its last (false). It is called
 	// with the controller's lock held: it must not block or call back.
 	Annotated func(namespace string, annotated bool)
-	sweepWait time.Duration // overrides defaultSweepWait in tests
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -76,6 +75,9 @@ type Controller struct {
 	log     *slog.Logger
 	metrics *Metrics
 	queue   *queue
+	// sweepWait bounds the sweep's wait for the index (defaultSweepWait;
+	// shorter in tests, whose index has no watch to wait for).
+	sweepWait time.Duration
 
 	mu         sync.Mutex
 	entries    map[string]*entry
@@ -117,10 +119,8 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	if cfg.EvictTimeout <= 0 {
 		cfg.EvictTimeout = 5 * time.Minute
 	}
-	if cfg.sweepWait <= 0 {
-		cfg.sweepWait = defaultSweepWait
-	}
 	c := &Controller{
+		sweepWait: defaultSweepWait,
 		cfg:       cfg,
 		api:       api,
 		log:       log,

@@ -419,11 +419,10 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 	if cfg.NewBackOff == nil {
 		cfg.NewBackOff = fastBackOff
 	}
-	if cfg.sweepWait == 0 {
-		cfg.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
-	}
 	m := NewMetrics(metrics.NewRegistry())
-	return New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m), m
+	c := New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
+	c.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
+	return c, m
 }
 
 func handle(t *testing.T, c *Controller, typ watch.EventType, s cmSpec) {

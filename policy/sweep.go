@@ -116,7 +116,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	}
 	// One deadline for the whole sweep: with the index's watch down, every
 	// pod it lacks would otherwise cost the full wait in turn.
-	deadline := time.Now().Add(c.cfg.sweepWait)
+	deadline := time.Now().Add(c.sweepWait)
 	first := r.indexed.firstDeletion(ctx, cm.namespace, deadline)
 	var missed []podRef
 	for _, p := range listed {

@@ -161,9 +161,8 @@ func TestSweep(t *testing.T) {
 				}
 				return 0, "", false
 			}
-			cfg := withIndex(Config{RecordHash: true}, x)
-			cfg.sweepWait = 50 * time.Millisecond
-			c, m := newTestController(t, api.client(), cfg)
+			c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+			c.sweepWait = 50 * time.Millisecond
 			start(t, c)
 
 			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
