@@ -50,7 +50,7 @@ unit: ## unit tests with the race detector, every fuzz target's seed corpus incl
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-test: vet unit image-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, compose-check, e2e, e2e-node (root; about 10 min warm)
+test: vet unit image-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, compose-check, e2e, e2e-node (root; about 15 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
