@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Restarts in waves: what MAX_UNAVAILABLE costs in time, and what it saves in Ready pods.
+# config-watcher (this tree) with each MAX_UNAVAILABLE of BENCH_WAVES_SETTINGS ("25% 100%"),
+# in the same run, on the same control plane:
+#
+#   rollout  a Deployment of BENCH_WAVES_REPLICAS (100) pods whose pods become Ready
+#            BENCH_WAVES_READY_AFTER (1s) after they appear (benchtool standin, playing the
+#            kubelet through pods/NAME/status: no kubelet here); one data change; time from
+#            the change's completion (audit log) until every selected pod is a new one and
+#            Ready; the lowest Ready count a pod watch showed meanwhile; the first pod DELETE
+#            after the change (audit log). BENCH_WAVES_RUNS (3) rollouts per setting, the
+#            settings taking turns, the controller started afresh for each.
+#   latency  the reaction latency scenario of bench/run.sh (a bare pod, BENCH_WAVES_CHANGES
+#            (20) changes one at a time), once per setting: the first restart's latency.
+#
+# A scripted measurement, not a test. Prints progress, then a table, also written with the
+# raw rows to $BENCH_RESULTS/waves/ (default bench/results/waves/).
+#
+#   bench/waves.sh (make bench-waves)  on a fresh control plane of its own, about 4 minutes
+#   called by bench/run.sh             on run.sh's control plane, with its binaries (BENCH_WORK)
+set -euo pipefail
+
+BENCH_STEP_PREFIX="waves: "
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+read -r -a SETTINGS <<<"${BENCH_WAVES_SETTINGS:-25% 100%}"
+REPLICAS="${BENCH_WAVES_REPLICAS:-100}"
+READY_AFTER="${BENCH_WAVES_READY_AFTER:-1s}"
+RUNS="${BENCH_WAVES_RUNS:-3}"
+CHANGES="${BENCH_WAVES_CHANGES:-20}"
+
+own_work=""
+own_cluster=""
+work="${BENCH_WORK:-}"
+if [[ -z $work ]]; then
+	work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-waves.XXXXXX")
+	own_work=1
+fi
+ctrl_pid=""    # the controller: a session leader (benchtool spawn)
+standin_pid="" # benchtool standin
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	local rc=$?
+	stop_ctrl
+	[[ -z $standin_pid ]] || kill -TERM "$standin_pid" 2>/dev/null || true
+	[[ -z $own_cluster ]] || "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+	if ((rc != 0)); then
+		cw_log "waves bench failed (exit $rc); logs kept in $work"
+	elif [[ -n $own_work ]]; then
+		rm -rf "$work"
+	fi
+}
+# stop_ctrl: SIGTERM to the controller's session, SIGKILL after 10 s. Only what we started.
+stop_ctrl() {
+	local i
+	[[ -n $ctrl_pid ]] || return 0
+	kill -TERM -- "-$ctrl_pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do kill -0 "$ctrl_pid" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL -- "-$ctrl_pid" 2>/dev/null || true
+	ctrl_pid=""
+}
+trap cleanup EXIT
+
+step "building config-watcher and bench/tool"
+[[ -x $work/config-watcher ]] || (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher" .)
+[[ -x $work/benchtool ]] || (cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
+
+if [[ -z ${CW_PROXY_URL:-} ]]; then
+	export CW_STATE_DIR
+	CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-waves-cluster.XXXXXX")
+	own_cluster=1
+	step "starting a fresh control plane (state dir $CW_STATE_DIR)"
+	"$repo/hack/cluster.sh" up
+	eval "$("$repo/hack/cluster.sh" env)"
+fi
+api=$CW_PROXY_URL
+bt() { "$work/benchtool" "$@"; }
+
+out="$RESULTS/waves"
+rm -rf "$out"
+mkdir -p "$out"
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet -- ':!bench' ':!BENCHMARKS.md' ':!Makefile' 2>/dev/null || echo ' (product code modified)')"
+	echo "settings: MAX_UNAVAILABLE ${SETTINGS[*]}; $REPLICAS replicas Ready after $READY_AFTER; $RUNS rollouts and $CHANGES bare-pod changes per setting; other settings default"
+	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$out/machine.txt"
+
+# launch SETTING NS LOG: config-watcher with MAX_UNAVAILABLE=SETTING watching NS, ready and quiet.
+launch() {
+	local port
+	port=$(cw_free_port)
+	env MAX_UNAVAILABLE="$1" WATCH_NAMESPACE="$2" API_URL="$api" HTTP_ADDR="127.0.0.1:$port" \
+		"$work/benchtool" spawn -controller "config-watcher MAX_UNAVAILABLE=$1" -log "$work/$3" -pidfile "$work/waves-ctrl.pid" \
+		-ready "http://127.0.0.1:$port/readyz" -- "$work/config-watcher" >/dev/null
+	ctrl_pid=$(<"$work/waves-ctrl.pid")
+	bt quiesce -pid "$ctrl_pid" >/dev/null # the ConfigMap adopted (its data recorded)
+}
+
+ns=bench-waves
+step "a Deployment of $REPLICAS pods in $ns, Ready $READY_AFTER after they appear (benchtool standin), and the annotated ConfigMap"
+bt ns -api "$api" -ns "$ns"
+curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' "$api/apis/apps/v1/namespaces/$ns/deployments" -d @- <<EOF
+{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"webapp"},
+ "spec":{"replicas":$REPLICAS,"selector":{"matchLabels":{"app":"webapp"}},
+  "template":{"metadata":{"labels":{"app":"webapp"}},
+   "spec":{"containers":[{"name":"webapp","image":"k8spatterns/mini-http-server"}]}}}}
+EOF
+curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' "$api/api/v1/namespaces/$ns/configmaps" \
+	-d '{"metadata":{"name":"webapp-config","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"hello"}}'
+"$work/benchtool" standin -api "$api" -ns "$ns" -selector app=webapp -delay "$READY_AFTER" >"$work/standin.log" 2>&1 &
+standin_pid=$!
+
+step "rolling $REPLICAS pods: $RUNS rollouts per setting (${SETTINGS[*]}), taking turns"
+for ((run = 1; run <= RUNS; run++)); do
+	for s in "${SETTINGS[@]}"; do
+		launch "$s" "$ns" "rollout-${s%\%}-$run.log"
+		bt rollout -api "$api" -ns "$ns" -audit "$CW_AUDIT_LOG" -replicas "$REPLICAS" -setting "$s" -run "$run" -results "$out"
+		bt quiesce -pid "$ctrl_pid" >/dev/null # the round's record written
+		stop_ctrl
+	done
+done
+
+step "first-restart latency: $CHANGES changes of a bare pod per setting (the reaction latency scenario)"
+for s in "${SETTINGS[@]}"; do
+	lns="bench-waves-lat-${s%\%}"
+	bt ns -api "$api" -ns "$lns"
+	bt latency -setup -api "$api" -ns "$lns"
+	launch "$s" "$lns" "latency-${s%\%}.log"
+	bt latency -api "$api" -ns "$lns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$s" -results "$out"
+	stop_ctrl
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
+
+step "results ($out)"
+bt waves-summary -dir "$out" -base "${SETTINGS[-1]}" -ready-after "$READY_AFTER" | tee "$out/summary.md"
+cw_log "waves bench finished in $(cw_elapsed $((SECONDS - bench_start)))"
