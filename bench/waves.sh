@@ -8,7 +8,7 @@
 #            kubelet through pods/NAME/status: no kubelet here); one data change; time from
 #            the change's completion (audit log) until every selected pod is a new one and
 #            Ready; the lowest Ready count a pod watch showed meanwhile; the first pod DELETE
-#            after the change (audit log). BENCH_WAVES_RUNS (3) rollouts per setting, the
+#            after the change (audit log). BENCH_WAVES_RUNS (5) rollouts per setting, the
 #            settings taking turns, the controller started afresh for each.
 #   latency  the reaction latency scenario of bench/run.sh (a bare pod, BENCH_WAVES_CHANGES
 #            (20) changes one at a time), once per setting: the first restart's latency.
@@ -26,7 +26,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 read -r -a SETTINGS <<<"${BENCH_WAVES_SETTINGS:-25% 100%}"
 REPLICAS="${BENCH_WAVES_REPLICAS:-100}"
 READY_AFTER="${BENCH_WAVES_READY_AFTER:-1s}"
-RUNS="${BENCH_WAVES_RUNS:-3}"
+RUNS="${BENCH_WAVES_RUNS:-5}"
 CHANGES="${BENCH_WAVES_CHANGES:-20}"
 
 own_work=""

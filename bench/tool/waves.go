@@ -30,6 +30,7 @@ type podObj struct {
 	Metadata struct {
 		Name              string  `json:"name"`
 		UID               string  `json:"uid"`
+		ResourceVersion   string  `json:"resourceVersion"`
 		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Status struct {
@@ -70,23 +71,27 @@ func listPods(a api, ns, selector string) ([]podObj, string, error) {
 	return l.Items, l.Metadata.ResourceVersion, nil
 }
 
+// errWatchError is an ERROR event (410 Gone above all): the stream cannot be resumed.
+var errWatchError = errors.New("pod watch: ERROR event")
+
 // watchPods streams the pod events of ns after resourceVersion rv to fn, with
-// the time each was read, until ctx ends (nil) or the stream does (an error:
-// the server's timeout, a 410 ERROR event, a broken connection).
-func watchPods(ctx context.Context, a api, ns, selector, rv string, fn func(typ string, p podObj, at time.Time)) error {
-	q := url.Values{"watch": {"true"}, "labelSelector": {selector}, "resourceVersion": {rv}}
+// the time each was read, until ctx ends (nil) or the stream does. It returns
+// the last resourceVersion seen, from which a watch the server ended (its
+// timeout, or a watcher it dropped for falling behind) can be resumed.
+func watchPods(ctx context.Context, a api, ns, selector, rv string, fn func(typ string, p podObj, at time.Time)) (string, error) {
+	q := url.Values{"watch": {"true"}, "labelSelector": {selector}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"}}
 	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(a.base, "/")+nsPath(ns, "pods", "")+"?"+q.Encode(), nil)
 	if err != nil {
-		return err
+		return rv, err
 	}
 	req.Header.Set("User-Agent", userAgent)
 	resp, err := streamClient.Do(req)
 	if err != nil {
-		return ignoreCanceled(ctx, err)
+		return rv, ignoreCanceled(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("pod watch: %s", resp.Status)
+		return rv, fmt.Errorf("%w: %s", errWatchError, resp.Status)
 	}
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 1<<20), 4<<20)
@@ -97,25 +102,58 @@ func watchPods(ctx context.Context, a api, ns, selector, rv string, fn func(typ 
 			Object json.RawMessage `json:"object"`
 		}
 		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
-			return fmt.Errorf("pod watch: %w", err)
+			return rv, fmt.Errorf("pod watch: %w", err)
 		}
 		if ev.Type == "ERROR" {
-			return fmt.Errorf("pod watch: ERROR event %s", truncate(string(ev.Object), 200))
+			return rv, fmt.Errorf("%w: %s", errWatchError, truncate(string(ev.Object), 200))
 		}
 		var p podObj
 		if err := json.Unmarshal(ev.Object, &p); err != nil {
-			return fmt.Errorf("pod watch: %w", err)
+			return rv, fmt.Errorf("pod watch: %w", err)
 		}
-		fn(ev.Type, p, at)
+		rv = p.Metadata.ResourceVersion
+		if ev.Type != "BOOKMARK" {
+			fn(ev.Type, p, at)
+		}
 	}
-	if err := lines.Err(); err != nil {
-		return ignoreCanceled(ctx, err)
+	return rv, ignoreCanceled(ctx, lines.Err())
+}
+
+// followPods lists the selected pods (to listed) and follows them on a watch
+// (to fn) until ctx ends, resuming a watch the server ended from the last
+// resourceVersion and listing again after an ERROR event. It says on stderr
+// each time, with why.
+func followPods(ctx context.Context, a api, ns, selector string, listed func([]podObj, time.Time), fn func(typ string, p podObj, at time.Time)) {
+	rv := ""
+	for ctx.Err() == nil {
+		if rv == "" {
+			items, listRV, err := listPods(a, ns, selector)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "  pod list: %v; again in 1 s\n", err)
+				time.Sleep(time.Second)
+				continue
+			}
+			listed(items, time.Now())
+			rv = listRV
+		}
+		var err error
+		rv, err = watchPods(ctx, a, ns, selector, rv, fn)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errWatchError):
+			fmt.Fprintf(os.Stderr, "  %v; listing again\n", err)
+			rv = ""
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "  %v; resuming from resourceVersion %s\n", err, rv)
+			time.Sleep(100 * time.Millisecond)
+		default:
+			fmt.Fprintf(os.Stderr, "  pod watch ended by the server; resuming from resourceVersion %s\n", rv)
+		}
 	}
-	return errors.New("pod watch: the server ended the stream")
 }
 
 func ignoreCanceled(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil {
 		return nil
 	}
 	return err
@@ -161,24 +199,19 @@ func cmdStandin(args []string) error {
 		time.AfterFunc(*delay, func() { due <- name })
 	}
 	fmt.Printf("standin: pods %s in %s become Ready %s after they appear\n", *selector, *ns, *delay)
-	for {
-		items, rv, err := listPods(a, *ns, *selector)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "standin: %v\n", err)
-			time.Sleep(time.Second)
-			continue
-		}
-		for _, p := range items {
-			schedule(p)
-		}
-		// Events reach schedule from this goroutine only: seen needs no lock.
-		err = watchPods(context.Background(), a, *ns, *selector, rv, func(typ string, p podObj, _ time.Time) {
+	// Both callbacks run on this goroutine: seen needs no lock.
+	followPods(context.Background(), a, *ns, *selector,
+		func(items []podObj, _ time.Time) {
+			for _, p := range items {
+				schedule(p)
+			}
+		},
+		func(typ string, p podObj, _ time.Time) {
 			if typ == "ADDED" || typ == "MODIFIED" {
 				schedule(p)
 			}
 		})
-		fmt.Fprintf(os.Stderr, "standin: %v; listing again\n", err)
-	}
+	return nil
 }
 
 // rolloutState is the selected pods as a watch shows them, against the uids
@@ -203,6 +236,14 @@ func (s rolloutState) counts() (live, fresh, ready int) {
 		}
 	}
 	return live, fresh, ready
+}
+
+// relist replaces what the state knows with a list's pods.
+func (s rolloutState) relist(items []podObj) {
+	clear(s.pods)
+	for _, p := range items {
+		s.pods[p.Metadata.UID] = p
+	}
 }
 
 func (s rolloutState) apply(typ string, p podObj) {
@@ -235,43 +276,47 @@ func cmdRollout(args []string) error {
 	_ = fs.Parse(args)
 	a := api{*base}
 
-	var items []podObj
-	var rv string
+	steady := func(s rolloutState) (bool, string) {
+		live, _, ready := s.counts()
+		return live == *replicas && ready == live, fmt.Sprintf("%d pods, %d Ready", live, ready)
+	}
 	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if items, rv, err = listPods(a, *ns, *selector); err != nil {
+		items, _, err := listPods(a, *ns, *selector)
+		if err != nil {
 			return err
 		}
 		s := rolloutState{pods: map[string]podObj{}}
-		for _, p := range items {
-			s.apply("ADDED", p)
-		}
-		live, _, ready := s.counts()
-		if live == *replicas && ready == live {
+		s.relist(items)
+		if ok, now := steady(s); ok {
 			break
+		} else if time.Since(start) > 2*time.Minute {
+			return fmt.Errorf("before the change: %s after 2 min (is the stand-in running?)", now)
 		}
-		if time.Since(start) > 2*time.Minute {
-			return fmt.Errorf("before the change: %d pods, %d Ready, after 2 min (is the stand-in running?)", live, ready)
-		}
-	}
-	s := rolloutState{old: map[string]bool{}, pods: map[string]podObj{}}
-	for _, p := range items {
-		s.old[p.Metadata.UID] = true
-		s.apply("ADDED", p)
 	}
 
-	type event struct {
-		typ string
-		pod podObj
-		at  time.Time
+	// One goroutine follows the pods; this one keeps the state. A LIST update
+	// (the first, and after a watch could not be resumed) replaces it whole.
+	type update struct {
+		typ  string
+		pod  podObj
+		list []podObj
+		at   time.Time
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	events := make(chan event, 1<<14)
-	watchErr := make(chan error, 1)
-	go func() {
-		watchErr <- watchPods(ctx, a, *ns, *selector, rv, func(typ string, p podObj, at time.Time) { events <- event{typ, p, at} })
-	}()
+	updates := make(chan update, 1<<14)
+	go followPods(ctx, a, *ns, *selector,
+		func(items []podObj, at time.Time) { updates <- update{typ: "LIST", list: items, at: at} },
+		func(typ string, p podObj, at time.Time) { updates <- update{typ: typ, pod: p, at: at} })
+	s := rolloutState{old: map[string]bool{}, pods: map[string]podObj{}}
+	initial := <-updates
+	for _, p := range initial.list {
+		s.old[p.Metadata.UID] = true
+	}
+	s.relist(initial.list)
+	if ok, now := steady(s); !ok {
+		return fmt.Errorf("before the change: %s, a moment after %d were Ready", now, *replicas)
+	}
 
 	patch := map[string]any{"data": map[string]string{"message": fmt.Sprintf("%s run %d %d", *setting, *run, time.Now().UnixNano())}}
 	if _, err := a.must("PATCH", nsPath(*ns, "configmaps", *cm), patch, "application/merge-patch+json", 200); err != nil {
@@ -284,8 +329,12 @@ func cmdRollout(args []string) error {
 	giveUp := time.After(*timeout)
 	for end.IsZero() {
 		select {
-		case ev := <-events:
-			s.apply(ev.typ, ev.pod)
+		case ev := <-updates:
+			if ev.typ == "LIST" {
+				s.relist(ev.list)
+			} else {
+				s.apply(ev.typ, ev.pod)
+			}
 			live, fresh, ready := s.counts()
 			minReady = min(minReady, ready)
 			if fresh == live && live >= *replicas && ready == live {
@@ -295,8 +344,6 @@ func cmdRollout(args []string) error {
 				fmt.Printf("    %s run %d, %4.1f s: %d pods, %d new, %d Ready (lowest %d)\n",
 					*setting, *run, time.Since(sent).Seconds(), live, fresh, ready, minReady)
 			}
-		case err := <-watchErr:
-			return fmt.Errorf("%s run %d: the pod watch ended during the rollout: %v", *setting, *run, err)
 		case <-giveUp:
 			live, fresh, ready := s.counts()
 			return fmt.Errorf("%s run %d: after %s: %d pods, %d new, %d Ready", *setting, *run, *timeout, live, fresh, ready)
