@@ -18,6 +18,8 @@
 #
 #   bench/waves.sh (make bench-waves)  on a fresh control plane of its own, about 4 minutes
 #   called by bench/run.sh             on run.sh's control plane, with its binaries (BENCH_WORK)
+#   BENCH_WAVES_BASE=main bench/waves.sh   config-watcher as built from that revision instead
+#                                          of this tree: the same scenario, before a change
 set -euo pipefail
 
 BENCH_STEP_PREFIX="waves: "
@@ -61,8 +63,18 @@ stop_ctrl() {
 }
 trap cleanup EXIT
 
-step "building config-watcher and bench/tool"
-[[ -x $work/config-watcher ]] || (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher" .)
+BASE="${BENCH_WAVES_BASE:-}"
+cw="$work/config-watcher"
+step "building config-watcher${BASE:+ at $BASE} and bench/tool"
+if [[ -n $BASE ]]; then
+	# The same build from the object database: no checkout, no other worktree touched.
+	cw="$work/config-watcher-waves-base"
+	rm -rf "$work/waves-base-src" && mkdir -p "$work/waves-base-src"
+	git -C "$repo" archive "$BASE" | tar -x -C "$work/waves-base-src"
+	(cd "$work/waves-base-src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cw" .)
+else
+	[[ -x $cw ]] || (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cw" .)
+fi
 [[ -x $work/benchtool ]] || (cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
 
 if [[ -z ${CW_PROXY_URL:-} ]]; then
@@ -81,7 +93,11 @@ rm -rf "$out"
 mkdir -p "$out"
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet -- ':!bench' ':!BENCHMARKS.md' ':!Makefile' 2>/dev/null || echo ' (product code modified)')"
+	if [[ -n $BASE ]]; then
+		echo "config-watcher: built from $BASE ($(git -C "$repo" rev-parse --short "$BASE")); bench/tool from $(git -C "$repo" rev-parse --short HEAD)"
+	else
+		echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet -- ':!bench' ':!BENCHMARKS.md' ':!Makefile' 2>/dev/null || echo ' (product code modified)')"
+	fi
 	echo "settings: MAX_UNAVAILABLE ${SETTINGS[*]}; $REPLICAS replicas Ready after $READY_AFTER; $RUNS rollouts and $CHANGES bare-pod changes per setting; other settings default"
 	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/machine.txt"
@@ -92,7 +108,7 @@ launch() {
 	port=$(cw_free_port)
 	env MAX_UNAVAILABLE="$1" WATCH_NAMESPACE="$2" API_URL="$api" HTTP_ADDR="127.0.0.1:$port" \
 		"$work/benchtool" spawn -controller "config-watcher MAX_UNAVAILABLE=$1" -log "$work/$3" -pidfile "$work/waves-ctrl.pid" \
-		-ready "http://127.0.0.1:$port/readyz" -- "$work/config-watcher" >/dev/null
+		-ready "http://127.0.0.1:$port/readyz" -- "$cw" >/dev/null
 	ctrl_pid=$(<"$work/waves-ctrl.pid")
 	bt quiesce -pid "$ctrl_pid" >/dev/null # the ConfigMap adopted (its data recorded)
 }
