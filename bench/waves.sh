@@ -31,13 +31,7 @@ READY_AFTER="${BENCH_WAVES_READY_AFTER:-1s}"
 RUNS="${BENCH_WAVES_RUNS:-5}"
 CHANGES="${BENCH_WAVES_CHANGES:-20}"
 
-own_work=""
-own_cluster=""
-work="${BENCH_WORK:-}"
-if [[ -z $work ]]; then
-	work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-waves.XXXXXX")
-	own_work=1
-fi
+sub_work waves
 ctrl_pid=""    # the controller: a session leader (benchtool spawn)
 standin_pid="" # benchtool standin
 # shellcheck disable=SC2317 # called by the EXIT trap
@@ -45,12 +39,7 @@ cleanup() {
 	local rc=$?
 	stop_ctrl
 	[[ -z $standin_pid ]] || kill -TERM "$standin_pid" 2>/dev/null || true
-	[[ -z $own_cluster ]] || "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
-	if ((rc != 0)); then
-		cw_log "waves bench failed (exit $rc); logs kept in $work"
-	elif [[ -n $own_work ]]; then
-		rm -rf "$work"
-	fi
+	sub_finish "$rc" waves
 }
 # stop_ctrl: SIGTERM to the controller's session, SIGKILL after 10 s. Only what we started.
 stop_ctrl() {
@@ -77,14 +66,7 @@ else
 fi
 [[ -x $work/benchtool ]] || (cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
 
-if [[ -z ${CW_PROXY_URL:-} ]]; then
-	export CW_STATE_DIR
-	CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-waves-cluster.XXXXXX")
-	own_cluster=1
-	step "starting a fresh control plane (state dir $CW_STATE_DIR)"
-	"$repo/hack/cluster.sh" up
-	eval "$("$repo/hack/cluster.sh" env)"
-fi
+sub_cluster waves
 api=$CW_PROXY_URL
 bt() { "$work/benchtool" "$@"; }
 
