@@ -11,7 +11,8 @@
 #            after the change (audit log). BENCH_WAVES_RUNS (5) rollouts per setting, the
 #            settings taking turns, the controller started afresh for each.
 #   latency  the reaction latency scenario of bench/run.sh (a bare pod, BENCH_WAVES_CHANGES
-#            (20) changes one at a time), once per setting: the first restart's latency.
+#            (20) changes one at a time) per setting, in passes of BENCH_WAVES_PASS (5), the
+#            settings taking turns: the first restart's latency.
 #
 # A scripted measurement, not a test. Prints progress, then a table, also written with the
 # raw rows to $BENCH_RESULTS/waves/ (default bench/results/waves/).
@@ -30,6 +31,7 @@ REPLICAS="${BENCH_WAVES_REPLICAS:-100}"
 READY_AFTER="${BENCH_WAVES_READY_AFTER:-1s}"
 RUNS="${BENCH_WAVES_RUNS:-5}"
 CHANGES="${BENCH_WAVES_CHANGES:-20}"
+PASS="${BENCH_WAVES_PASS:-5}"
 
 sub_work waves
 ctrl_pid=""    # the controller: a session leader (benchtool spawn)
@@ -119,14 +121,20 @@ for ((run = 1; run <= RUNS; run++)); do
 	done
 done
 
-step "first-restart latency: $CHANGES changes of a bare pod per setting (the reaction latency scenario)"
-for s in "${SETTINGS[@]}"; do
-	lns="bench-waves-lat-${s%\%}"
-	bt ns -api "$api" -ns "$lns"
-	bt latency -setup -api "$api" -ns "$lns"
-	launch "$s" "$lns" "latency-${s%\%}.log"
-	bt latency -api "$api" -ns "$lns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$s" -results "$out"
-	stop_ctrl
+# In passes of PASS changes, the settings taking turns, so that the machine's other load
+# falls on both alike; each pass in a namespace of its own (the scenario pairs every PATCH
+# of its namespace with a DELETE).
+step "first-restart latency: $CHANGES changes of a bare pod per setting, $PASS at a time, taking turns (the reaction latency scenario)"
+for ((pass = 1, made = 0; made < CHANGES; pass++, made += PASS)); do
+	for s in "${SETTINGS[@]}"; do
+		lns="bench-waves-lat-${s%\%}-$pass"
+		bt ns -api "$api" -ns "$lns"
+		bt latency -setup -api "$api" -ns "$lns"
+		launch "$s" "$lns" "latency-${s%\%}-$pass.log"
+		bt latency -api "$api" -ns "$lns" -audit "$CW_AUDIT_LOG" -n $((CHANGES - made < PASS ? CHANGES - made : PASS)) \
+			-controller "$s" -results "$out"
+		stop_ctrl
+	done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 
