@@ -114,9 +114,9 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 			return err
 		}
 	}
-	restarted := r.count(podRestarted)
+	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, cm, r, chosen, log)
-	c.judgeProgress(key, cm, r, live, r.count(podRestarted) > restarted, log)
+	c.judgeProgress(key, cm, r, live, done, r.count(podRestarted) > restarted, log)
 	if err != nil {
 		return err
 	}
@@ -268,16 +268,16 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 }
 
 // judgeProgress halts round r once no restart has been possible for
-// ProgressDeadline, and resumes it at its next restart. Halted, it keeps
-// its intent and goes on looking.
-func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []listedPod, moved bool, log *slog.Logger) {
+// ProgressDeadline, and resumes it at its next restart; done pods were done
+// with before this wave. Halted, it keeps its intent and goes on looking.
+func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []listedPod, done int, moved bool, log *slog.Logger) {
 	now := time.Now()
 	if moved {
 		r.progress = now
 		if r.halted {
 			c.setHalted(key, r, false)
 			log.Info("round resumed", "hash", cm.hash)
-			c.event(cm, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", len(r.pods)-r.count(podPending), len(r.pods)))
+			c.event(cm, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", done, len(r.pods)))
 		}
 		return
 	}
