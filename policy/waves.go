@@ -93,6 +93,7 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 	gate := c.gate(cm.namespace)
 	gate.Lock()
 	defer gate.Unlock()
+	r.blocked.Store(nil) // this wave's refusals tell why it stalls
 	live, err := c.listWhole(ctx, cm.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
@@ -132,9 +133,6 @@ func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
 	for _, p := range live {
 		switch {
 		case p.terminating:
-			continue
-		case p.name == c.cfg.OwnPod:
-			log.Info("not deleting own pod", "pod", p.name)
 			continue
 		case p.owned:
 			r.total++
