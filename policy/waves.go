@@ -66,8 +66,12 @@ func (b Budget) of(n int) int {
 }
 
 // wavePoll is how long a waiting round gives its worker back before it
-// lists its pods again.
-const wavePoll = time.Second
+// lists its pods again; a halted one waits haltedPolls times as long: it
+// may wait for hours, and each look is a LIST.
+const (
+	wavePoll    = time.Second
+	haltedPolls = 10
+)
 
 // errWaiting: the round restarted what its budget allows and waits for
 // replacements; it is queued again after wavePoll, holding no worker.
