@@ -78,10 +78,10 @@ e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and r
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 45 min: 15, then 30 for the cluster-scale rows); see BENCHMARKS.md
+bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 50 min: 20, then 30 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
-bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 4 min
+bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 5 min
 	bash bench/waves.sh
 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails

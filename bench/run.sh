@@ -24,7 +24,7 @@
 #   waves    bench/waves.sh: 100 Deployment pods made Ready 1 s after they appear, rolled
 #            with MAX_UNAVAILABLE=25% and 100%: rollout time, lowest Ready count, first restart
 #
-# About 19 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 20 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
 # Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index

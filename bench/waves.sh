@@ -17,7 +17,7 @@
 # A scripted measurement, not a test. Prints progress, then a table, also written with the
 # raw rows to $BENCH_RESULTS/waves/ (default bench/results/waves/).
 #
-#   bench/waves.sh (make bench-waves)  on a fresh control plane of its own, about 4 minutes
+#   bench/waves.sh (make bench-waves)  on a fresh control plane of its own, about 5 minutes
 #   called by bench/run.sh             on run.sh's control plane, with its binaries (BENCH_WORK)
 #   BENCH_WAVES_BASE=main bench/waves.sh   config-watcher as built from that revision instead
 #                                          of this tree: the same scenario, before a change
