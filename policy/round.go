@@ -57,7 +57,7 @@ type round struct {
 	owned    []bool    // owned[i]: a controller owns pods[i]
 	ready    []bool    // ready[i]: pods[i] was Ready and owned in the latest wave's list
 	progress time.Time // its latest restart, or its first wave
-	halted   bool      // no restart possible for ProgressDeadline; guarded by mu
+	halted   bool      // no restart possible for ProgressDeadline
 	// blocked names a pod whose eviction a disruption budget refused.
 	blocked atomic.Pointer[string]
 }

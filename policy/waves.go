@@ -349,11 +349,11 @@ func (c *Controller) stalled(r *round, live []listedPod) string {
 	return fmt.Sprintf("%d selected pod(s) Ready for %s, and %d must stay Ready (MAX_UNAVAILABLE %s of %d)", ready, deadline, r.floor(), c.cfg.MaxUnavailable, r.total)
 }
 
-// setHalted marks round r (of key) halted or not, for the gauge.
+// setHalted marks round r (of key) halted or not, and keeps the gauge.
 func (c *Controller) setHalted(key string, r *round, halted bool) {
+	r.halted = halted
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r.halted = halted
 	if halted {
 		c.halted[key] = r
 	} else {
