@@ -405,7 +405,7 @@ func (c *Controller) work(ctx context.Context) {
 				b = c.cfg.NewBackOff()
 				c.retries[key] = b
 			}
-			delay := max(b.NextBackOff(), min(apiclient.RetryAfter(err), 5*time.Minute))
+			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
 			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay)
