@@ -2,9 +2,9 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -184,28 +184,56 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 // pod, whose resourceVersion is no earlier than the deletion's.
 func (c *Controller) sendRestart(ctx context.Context, namespace string, pod podRef) ([]byte, error) {
 	path := apiclient.CorePath(namespace, "pods", pod.name)
+	opts := c.deleteOptions(pod)
 	if c.cfg.Strategy == StrategyEvict {
-		body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
-			`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
-		return c.api.Create(ctx, path+"/eviction", []byte(body))
+		body, err := json.Marshal(eviction{APIVersion: "policy/v1", Kind: "Eviction", Metadata: objectMeta{Name: pod.name, Namespace: namespace}, DeleteOptions: opts})
+		if err != nil {
+			return nil, fmt.Errorf("build eviction: %w", err)
+		}
+		return c.api.Create(ctx, path+"/eviction", body)
 	}
-	return c.api.Delete(ctx, path, []byte(c.deleteOptions(pod)))
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return nil, fmt.Errorf("build delete options: %w", err)
+	}
+	return c.api.Delete(ctx, path, body)
 }
 
 // deleteOptions guards a restart with the pod's uid (StatefulSet pods keep
 // their names) and resourceVersion as last seen: a pod changed since is
 // refused, not deleted.
-func (c *Controller) deleteOptions(pod podRef) string {
-	pre := `"uid":` + strconv.Quote(pod.uid)
-	if pod.rv != "" {
-		pre += `,"resourceVersion":` + strconv.Quote(pod.rv)
-	}
-	dry := ""
+func (c *Controller) deleteOptions(pod podRef) deleteOptions {
+	opts := deleteOptions{Kind: "DeleteOptions", APIVersion: "v1", Preconditions: preconditions{UID: pod.uid, ResourceVersion: pod.rv}}
 	if c.cfg.DryRun {
-		dry = `,"dryRun":["All"]`
+		opts.DryRun = []string{"All"}
 	}
-	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
+	return opts
 }
+
+// deleteOptions, eviction: the request bodies of a restart (meta/v1
+// DeleteOptions, policy/v1 Eviction), as much of them as we send.
+type (
+	deleteOptions struct {
+		Kind          string        `json:"kind"`
+		APIVersion    string        `json:"apiVersion"`
+		Preconditions preconditions `json:"preconditions"`
+		DryRun        []string      `json:"dryRun,omitempty"`
+	}
+	preconditions struct {
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	}
+	eviction struct {
+		APIVersion    string        `json:"apiVersion"`
+		Kind          string        `json:"kind"`
+		Metadata      objectMeta    `json:"metadata"`
+		DeleteOptions deleteOptions `json:"deleteOptions"`
+	}
+	objectMeta struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	}
+)
 
 // countRestart counts an outcome of a restart in the strategy's metric.
 func (c *Controller) countRestart(result string) {
