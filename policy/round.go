@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -290,12 +289,15 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(cm.hash, pods)
 	err := c.writeIntentText(ctx, key, cm, r, in)
-	if errors.Is(err, errIntentTooLong) {
+	if errors.Is(err, errIntentTooLong) && !in.all {
 		coarse := parseIntent(cm.hash.String() + "/*")
 		log.Warn("intent naming the round's pods is over the annotation size limit; writing the form that names none", "pods", len(pods))
 		c.event(cm, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote %s/* instead: if this round is cut short, the next one restarts every selected pod.", len(pods), cm.hash.short()))
 		in = coarse
 		err = c.writeIntentText(ctx, key, cm, r, in)
+	}
+	if errors.Is(err, errIntentTooLong) {
+		err = c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
@@ -309,9 +311,12 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 	return nil
 }
 
-// errIntentTooLong: the server refused an intent naming pods for the size
-// of the annotations.
+// errIntentTooLong: the server refused an intent for the size of the
+// annotations.
 var errIntentTooLong = errors.New("the intent is over the annotations' size limit")
+
+// roomInAnnotations is what a refusal for their size asks for.
+const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 
 func (c *Controller) writeIntentText(ctx context.Context, key string, cm configMap, r *round, in intent) error {
 	c.mu.Lock()
@@ -393,10 +398,10 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 			// Deleted or replaced meanwhile: the new object gets its own round.
 			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
 		case answerTooLong:
-			if annotation == RestartingAnnotation && !strings.HasSuffix(value, "/*") {
-				return fmt.Errorf("%w: %w", errIntentTooLong, err)
+			if annotation == RestartingAnnotation {
+				return fmt.Errorf("%w: %w", errIntentTooLong, err) // writeIntent decides
 			}
-			return c.refused(cm, "patch", "configmaps", "room in the annotations: the others fill the 256 KiB", err)
+			return c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 		case answerRefused:
 			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
 		default:
