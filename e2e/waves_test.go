@@ -52,13 +52,7 @@ func TestWavesKeepReadyPodsAboveTheFloor(t *testing.T) {
 	waitRestartedFor(t, f.ns, "webapp-config", f.adopted)
 	f.waitRoundDone(t)
 	f.waitServing(t, replicas)
-	low := sampler.stop()
-
-	t.Logf("Ready pods: lowest %d in %d samples every %s, lowest %d after any of the watch's events (%s)",
-		low.sampled, low.samples, sampleEvery, low.exact, low.exactAt)
-	require.Positive(t, low.samples, "the sampler took no sample")
-	assert.GreaterOrEqual(t, low.sampled, replicas-maxUnavailable, "sampled Ready pods fell below the floor (%s)", low.sampledAt)
-	assert.GreaterOrEqual(t, low.exact, replicas-maxUnavailable, "Ready pods fell below the floor after a watch event (%s)", low.exactAt)
+	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
 	f.c.Settle(t, f.ns)
 	assertDeletedOnce(t, f.ns, adminUser, f.original)
 	for _, p := range livePods(t, f.ns, webappSelector) {
@@ -101,12 +95,7 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 	waitRestartedFor(t, f.ns, "webapp-config", f.adopted)
 	f.waitRoundDone(t)
 	f.waitServing(t, replicas)
-	low := sampler.stop()
-
-	t.Logf("Ready pods: lowest %d in %d samples every %s, lowest %d after any of the watch's events (%s)",
-		low.sampled, low.samples, sampleEvery, low.exact, low.exactAt)
-	assert.GreaterOrEqual(t, low.sampled, replicas-maxUnavailable, "sampled Ready pods fell below the floor (%s)", low.sampledAt)
-	assert.GreaterOrEqual(t, low.exact, replicas-maxUnavailable, "Ready pods fell below the floor after a watch event (%s)", low.exactAt)
+	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
 	f.c.Settle(t, f.ns)
 	deletes := successfulPodDeletes(t, f.ns)
 	require.Greater(t, len(deletes), 2*maxUnavailable, "deletions: %v", deletes)
@@ -221,24 +210,11 @@ func proxyDo(ctx context.Context, method, path, contentType string, body []byte)
 
 // watchedPod is what the tests read of a pod.
 type watchedPod struct {
-	Metadata objectMeta `json:"metadata"`
-	Status   struct {
-		Conditions []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-		} `json:"conditions"`
-	} `json:"status"`
+	Metadata objectMeta    `json:"metadata"`
+	Status   podConditions `json:"status"`
 }
 
-// ready reports the Ready condition as the kubelet (here its stand-in) set it.
-func (p watchedPod) ready() bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == "Ready" {
-			return c.Status == "True"
-		}
-	}
-	return false
-}
+func (p watchedPod) ready() bool { return p.Status.ready() }
 
 // serving is what MAX_UNAVAILABLE protects: Ready and not terminating.
 func (p watchedPod) serving() bool { return p.ready() && p.Metadata.DeletionTimestamp == nil }
@@ -458,6 +434,17 @@ func (w *podWatch) sampleServing(period time.Duration) *servingSampler {
 		}
 	}()
 	return s
+}
+
+// assertAtLeast checks that neither the samples nor the state after any watch
+// event had fewer than min serving pods.
+func (f floor) assertAtLeast(t *testing.T, min int) {
+	t.Helper()
+	t.Logf("Ready pods: lowest %d in %d samples every %s, lowest %d after any of the watch's events (%s)",
+		f.sampled, f.samples, sampleEvery, f.exact, f.exactAt)
+	require.Positive(t, f.samples, "the sampler took no sample")
+	assert.GreaterOrEqual(t, f.sampled, min, "sampled Ready pods fell below the floor (%s)", f.sampledAt)
+	assert.GreaterOrEqual(t, f.exact, min, "Ready pods fell below the floor after a watch event (%s)", f.exactAt)
 }
 
 func (s *servingSampler) stop() floor {
