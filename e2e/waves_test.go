@@ -49,8 +49,7 @@ func TestWavesKeepReadyPodsAboveTheFloor(t *testing.T) {
 
 	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, waves"}}`)
 	waitDeleted(t, f.ns, adminUser, f.original)
-	waitRestartedFor(t, f.ns, "webapp-config", f.adopted)
-	f.waitRoundDone(t)
+	f.waitRoundDone(t, replicas)
 	f.waitServing(t, replicas)
 	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
 	f.c.Settle(t, f.ns)
@@ -84,16 +83,20 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 		v := f.c.Metric(t, "config_watcher_rounds_halted")
 		return v == 1, fmt.Sprint(v)
 	})
-	notReady := f.pods.notServing()
-	require.Len(t, notReady, maxUnavailable, "the replacements of the halted round")
+	var notReady []pod
+	eventually(t, waitTimeout, "the halted round's replacements, not Ready", func() (bool, string) {
+		notReady = f.pods.notServing()
+		return len(notReady) == maxUnavailable, fmt.Sprint(notReady)
+	})
 	cm := getConfigMap(t, f.ns, "webapp-config")
 	assert.Equal(t, f.adopted, cm.Metadata.Annotations[restartedAnnotation], "a halted round records nothing")
 	assert.Contains(t, cm.Metadata.Annotations, restartingAnnotation, "a halted round keeps its intent")
 	require.Len(t, successfulPodDeletes(t, f.ns), maxUnavailable, "a halted round restarts nothing more")
 
+	badHash, _, _ := strings.Cut(cm.Metadata.Annotations[restartingAnnotation], "/")
+
 	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, fixed"}}`)
-	waitRestartedFor(t, f.ns, "webapp-config", f.adopted)
-	f.waitRoundDone(t)
+	assert.NotEqual(t, badHash, f.waitRoundDone(t, replicas), "recorded the data that never became Ready")
 	f.waitServing(t, replicas)
 	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
 	f.c.Settle(t, f.ns)
@@ -146,13 +149,20 @@ func (f *wavesFixture) waitServing(t *testing.T, n int) {
 	})
 }
 
-// waitRoundDone waits until webapp-config carries no intent: the round is over.
-func (f *wavesFixture) waitRoundDone(t *testing.T) {
+// waitRoundDone waits until webapp-config records data other than at the
+// start and carries no intent, and the PodsRestarted Event of the round that
+// recorded it says it restarted n pods; it returns the record.
+func (f *wavesFixture) waitRoundDone(t *testing.T, n int) string {
 	t.Helper()
+	recorded := waitRestartedFor(t, f.ns, "webapp-config", f.adopted)
 	eventually(t, waitTimeout, "the round's intent removed", func() (bool, string) {
 		v, ok := getConfigMap(t, f.ns, "webapp-config").Metadata.Annotations[restartingAnnotation]
 		return !ok, v
 	})
+	done := waitConfigMapEvent(t, f.ns, "webapp-config", "Normal", "PodsRestarted")
+	assert.Contains(t, done.Message, fmt.Sprintf("Restarted %d pod(s)", n))
+	assert.Contains(t, done.Message, recorded[:min(len(recorded), len("sha256:")+12)], "the round that ended recorded other data")
+	return recorded
 }
 
 // successfulPodDeletes returns the controller's successful pod deletions in ns,
