@@ -179,18 +179,26 @@ func TestWavesKeepTheFloor(t *testing.T) {
 	assert.Greater(t, m.Reconciles.Value(resultWaiting), uint64(0), "it waited between waves")
 }
 
-// TestHaltedRoundResumesWhenPodsBecomeReady ensures a round whose
-// replacements stay not Ready halts after PROGRESS_DEADLINE: a Warning
-// Event that says after how many pods and why, the gauge at 1, the intent
-// kept; once they become Ready, the round goes on by itself and completes.
-func TestHaltedRoundResumesWhenPodsBecomeReady(t *testing.T) {
-	api := newFakeAPI(t, podsOf("RRRRRR")...)
+// halted starts a round from v1 to v2 over pods (see podsOf) whose
+// replacements never become Ready, with the default budget and a
+// PROGRESS_DEADLINE of 50 ms, and returns once it halted.
+func halted(t *testing.T, pods string) (*fakeAPI, *Controller, *Metrics, *fakeRecorder) {
+	api := newFakeAPI(t, podsOf(pods)...)
 	api.replaceDeleted(func() bool { return false })
 	rec := &fakeRecorder{}
 	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: 50 * time.Millisecond, Events: rec})
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, hasReason(rec, "RolloutHalted"), waitFor, time.Millisecond)
+	return api, c, m, rec
+}
+
+// TestHaltedRoundResumesWhenPodsBecomeReady ensures a round whose
+// replacements stay not Ready halts after PROGRESS_DEADLINE: a Warning
+// Event that says after how many pods and why, the gauge at 1, the intent
+// kept; once they become Ready, the round goes on by itself and completes.
+func TestHaltedRoundResumesWhenPodsBecomeReady(t *testing.T) {
+	api, _, m, rec := halted(t, "RRRRRR")
 	assert.Equal(t, "Warning: Halted after 1 of 6 pods: 1 replacement(s) not Ready for 50ms: CrashLoopBackOff in container app (pod web-1-r)."+
 		" The round keeps its intent and goes on by itself when pods become Ready; a new data change restarts the pods that are not Ready first.",
 		eventText(rec, "RolloutHalted"))
@@ -212,13 +220,7 @@ func TestHaltedRoundResumesWhenPodsBecomeReady(t *testing.T) {
 // new round whose first restart is such a replacement, and which completes
 // once the new data makes pods Ready.
 func TestNewChangeWhileHaltedRestartsNotReadyFirst(t *testing.T) {
-	api := newFakeAPI(t, podsOf("RRRR")...)
-	api.replaceDeleted(func() bool { return false })
-	rec := &fakeRecorder{}
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: 50 * time.Millisecond, Events: rec})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, hasReason(rec, "RolloutHalted"), waitFor, time.Millisecond)
+	api, c, m, _ := halted(t, "RRRR")
 	require.Equal(t, []string{"web-1"}, api.deletedPods())
 
 	api.replaceDeleted(func() bool { return true }) // the fixed data works
@@ -230,6 +232,25 @@ func TestNewChangeWhileHaltedRestartsNotReadyFirst(t *testing.T) {
 	assert.ElementsMatch(t, []string{"web-1", "web-1-r", "web-2", "web-3", "web-4"}, deleted)
 	assert.Equal(t, []string{hashOf(t, v3)}, api.recordedHashes())
 	assert.Equal(t, 0.0, m.RoundsHalted.Value(), "the halted round gave way")
+}
+
+// TestPodRelabelledBetweenWavesIsLeft ensures a pod relabelled out of the
+// selector while its round waits is not restarted, is counted left, and no
+// longer counts in N: the round completes instead of waiting for a Ready
+// pod that left.
+func TestPodRelabelledBetweenWavesIsLeft(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceDeleted(func() bool { return false })
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 }, waitFor, time.Millisecond)
+	api.relabel("web-2", map[string]string{"app": "quarantine"})
+	api.replaceDeleted(func() bool { return true })
+	api.makeReady()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-3", "web-4"}, api.deletedPods())
+	assert.Equal(t, uint64(1), m.PodDeletions.Value("left"))
 }
 
 // TestOverlappingRoundsShareTheBudget ensures a ConfigMap whose selector
