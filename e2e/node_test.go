@@ -66,24 +66,14 @@ type nodePod struct {
 		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
-		PodIP      string `json:"podIP"`
-		Conditions []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-		} `json:"conditions"`
+		PodIP string `json:"podIP"`
+		podConditions
 		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
 		ContainerStatuses     []containerStatus `json:"containerStatuses"`
 	} `json:"status"`
 }
 
-func (p nodePod) ready() bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == "Ready" {
-			return c.Status == "True"
-		}
-	}
-	return false
-}
+func (p nodePod) ready() bool { return p.Status.ready() }
 
 // container returns the status of the (init or app) container called name.
 func (p nodePod) container(name string) (containerStatus, bool) {
