@@ -422,6 +422,7 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 	m := NewMetrics(metrics.NewRegistry())
 	c := New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	c.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
+	c.wavePoll = 5 * time.Millisecond
 	return c, m
 }
 
