@@ -66,6 +66,7 @@ type readySampler struct {
 	mu      sync.Mutex
 	old     map[string]bool
 	pods    map[string]nodePod
+	primed  bool // every old pod seen: the watch's initial list is in
 	events  int
 	min     int
 	minAt   string
@@ -91,19 +92,28 @@ func sampleReady(t *testing.T, old []nodePod) *readySampler {
 		} else {
 			s.pods[p.Metadata.Name] = p
 		}
-		s.events++
 		s.observe()
 	}, "pods", "-l", webappSel)
 	eventually(t, waitTimeout, "the pod watch listing the webapp's pods", func() (bool, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.pods) >= len(old), fmt.Sprintf("%d pods seen", len(s.pods))
+		return s.primed, fmt.Sprintf("%d pods seen", len(s.pods))
 	})
 	return s
 }
 
-// observe updates the extremes with the current state (s.mu held).
+// observe updates the extremes with the current state (s.mu held). The watch lists the
+// pods one event each: until every old pod is in, the others would count as deleted.
 func (s *readySampler) observe() {
+	if !s.primed {
+		for name := range s.old {
+			if _, ok := s.pods[name]; !ok {
+				return
+			}
+		}
+		s.primed = true
+	}
+	s.events++
 	ready, deleted, fresh := 0, 0, 0
 	for name := range s.old {
 		if p, ok := s.pods[name]; !ok || p.Metadata.DeletionTimestamp != nil {
@@ -187,7 +197,7 @@ type endpointSlice struct {
 	} `json:"ports"`
 }
 
-func startSliceClient(t *testing.T, service string) *sliceClient {
+func startSliceClient(t *testing.T, service string, ready int) *sliceClient {
 	t.Helper()
 	c := &sliceClient{slices: map[string][]string{}, answers: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	watchEvents(t, func(typ string, object json.RawMessage) {
@@ -210,9 +220,9 @@ func startSliceClient(t *testing.T, service string) *sliceClient {
 		c.slices[s.Metadata.Name] = ready
 		c.mu.Unlock()
 	}, "endpointslices", "-l", "kubernetes.io/service-name="+service)
-	eventually(t, waitTimeout, "the EndpointSlices of Service "+service+" listing "+fmt.Sprint(wavesReplicas)+" ready endpoints", func() (bool, string) {
+	eventually(t, waitTimeout, fmt.Sprintf("the EndpointSlices of Service %s listing %d ready endpoints", service, ready), func() (bool, string) {
 		eps := c.endpoints()
-		return len(eps) == wavesReplicas, fmt.Sprint(eps)
+		return len(eps) == ready, fmt.Sprint(eps)
 	})
 
 	// A new connection each time, as a fresh client through kube-proxy: a kept-alive one
@@ -361,7 +371,7 @@ func TestNodeWavesKeepTheServiceUp(t *testing.T) {
 	old := scaleWebapp(t, wavesReplicas)
 	before := getConfigMap(t, nodeNS, wavesConfigMap).Data["message"]
 	sampler := sampleReady(t, old)
-	client := startSliceClient(t, "webapp")
+	client := startSliceClient(t, "webapp", wavesReplicas)
 
 	message := "waves " + randomSuffix()
 	mergePatch(t, nodeNS, wavesConfigMap, fmt.Sprintf(`{"data":{"message":%q}}`, message))
@@ -393,7 +403,7 @@ func TestNodeWavesHaltOnABadChange(t *testing.T) {
 		earlier[e.Metadata.Name] = true
 	}
 	sampler := sampleReady(t, old)
-	client := startSliceClient(t, "webapp")
+	client := startSliceClient(t, "webapp", wavesReplicas)
 
 	mergePatch(t, nodeNS, wavesConfigMap, `{"data":{"message":""}}`)
 	// Run before the scale-down's wait for Ready pods: a test that failed before the fix
@@ -437,7 +447,7 @@ func TestNodeWavesHaltOnABadChange(t *testing.T) {
 	}
 	assert.Equal(t, 1, sum, "old pods deleted by the halted round: %v", deleted)
 
-	client = startSliceClient(t, "webapp")
+	client = startSliceClient(t, "webapp", wavesFloor)
 	message := "fixed " + randomSuffix()
 	mergePatch(t, nodeNS, wavesConfigMap, fmt.Sprintf(`{"data":{"message":%q}}`, message))
 	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready webapp pods, none old, none terminating", wavesReplicas), func() (bool, string) {
