@@ -23,10 +23,17 @@ type listedPod struct {
 	why         string // why it is not Ready, for the Events
 }
 
-// listWhole returns the selected pods, the controller's own included.
+// listWhole returns the selected pods but the controller's own, which is
+// neither restarted nor counted.
 func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selector.Selector) ([]listedPod, error) {
 	var pods []listedPod
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) { pods = append(pods, p) })
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
+		if p.name == c.cfg.OwnPod {
+			c.log.Debug("not deleting own pod", "namespace", namespace, "pod", p.name)
+			return
+		}
+		pods = append(pods, p)
+	})
 	return pods, err
 }
 

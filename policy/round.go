@@ -185,6 +185,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		err = c.runRound(ctx, key, cm, r, log)
 	}
 	if errors.Is(err, errWaiting) {
+		if r.halted {
+			return resultWaiting, haltedPolls * c.wavePoll, nil
+		}
 		return resultWaiting, c.wavePoll, nil
 	}
 	if err == nil {

@@ -66,8 +66,12 @@ func (b Budget) of(n int) int {
 }
 
 // wavePoll is how long a waiting round gives its worker back before it
-// lists its pods again.
-const wavePoll = time.Second
+// lists its pods again; a halted one waits haltedPolls times as long: it
+// may wait for hours, and each look is a LIST.
+const (
+	wavePoll    = time.Second
+	haltedPolls = 10
+)
 
 // errWaiting: the round restarted what its budget allows and waits for
 // replacements; it is queued again after wavePoll, holding no worker.
@@ -93,6 +97,7 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 	gate := c.gate(cm.namespace)
 	gate.Lock()
 	defer gate.Unlock()
+	r.blocked.Store(nil) // this wave's refusals tell why it stalls
 	live, err := c.listWhole(ctx, cm.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
@@ -114,9 +119,9 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 			return err
 		}
 	}
-	restarted := r.count(podRestarted)
+	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, cm, r, chosen, log)
-	c.judgeProgress(key, cm, r, live, r.count(podRestarted) > restarted, log)
+	c.judgeProgress(key, cm, r, live, done, r.count(podRestarted) > restarted, log)
 	if err != nil {
 		return err
 	}
@@ -132,9 +137,6 @@ func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
 	for _, p := range live {
 		switch {
 		case p.terminating:
-			continue
-		case p.name == c.cfg.OwnPod:
-			log.Info("not deleting own pod", "pod", p.name)
 			continue
 		case p.owned:
 			r.total++
@@ -268,16 +270,16 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 }
 
 // judgeProgress halts round r once no restart has been possible for
-// ProgressDeadline, and resumes it at its next restart. Halted, it keeps
-// its intent and goes on looking.
-func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []listedPod, moved bool, log *slog.Logger) {
+// ProgressDeadline, and resumes it at its next restart; done pods were done
+// with before this wave. Halted, it keeps its intent and goes on looking.
+func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []listedPod, done int, moved bool, log *slog.Logger) {
 	now := time.Now()
 	if moved {
 		r.progress = now
 		if r.halted {
 			c.setHalted(key, r, false)
 			log.Info("round resumed", "hash", cm.hash)
-			c.event(cm, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", len(r.pods)-r.count(podPending), len(r.pods)))
+			c.event(cm, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", done, len(r.pods)))
 		}
 		return
 	}
