@@ -5,7 +5,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"sort"
@@ -244,28 +243,12 @@ func startSliceClient(t *testing.T, service string, ready int) *sliceClient {
 				continue
 			}
 			ep := eps[i%len(eps)]
-			body, err := get(client, "http://"+ep+"/")
+			body, err := httpGetWith(client, "http://"+ep+"/")
 			c.record(time.Now(), ep, body, err)
 		}
 	}()
 	t.Cleanup(c.halt)
 	return c
-}
-
-func get(client *http.Client, url string) (string, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // endpoints returns the ready endpoints of every slice, sorted.
@@ -374,19 +357,25 @@ func TestNodeWavesKeepTheServiceUp(t *testing.T) {
 	sampler := sampleReady(t, old)
 	client := startSliceClient(t, "webapp", wavesReplicas)
 
-	message := "waves " + randomSuffix()
+	rollTo(t, "waves "+randomSuffix(), before, old, sampler, client, "the rollout")
+}
+
+// rollTo changes the message, waits until every pod is a new Ready one and the old ones
+// are gone, then checks the requests sent meanwhile, the samples since the sampler
+// began, each old pod deleted once, and the new message served.
+func rollTo(t *testing.T, message, before string, old []nodePod, sampler *readySampler, client *sliceClient, what string) {
+	t.Helper()
 	mergePatch(t, nodeNS, wavesConfigMap, fmt.Sprintf(`{"data":{"message":%q}}`, message))
 	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready webapp pods, none old, none terminating", wavesReplicas), func() (bool, string) {
 		return sampler.settled(wavesReplicas)
 	})
-
 	checkAnswers(t, client, before, message)
-	sampler.check(t, "the rollout")
+	sampler.check(t, what)
 	for name, n := range oldDeletes(t, old) {
 		assert.Equal(t, 1, n, "deletions of %s by %s", name, nodeSA)
 	}
 	for name, body := range serve(t, nodePods(t, webappSel)) {
-		assert.Equal(t, message, body, "pod %s after the change", name)
+		assert.Equal(t, message, body, "pod %s after %s", name, what)
 	}
 }
 
@@ -449,19 +438,7 @@ func TestNodeWavesHaltOnABadChange(t *testing.T) {
 	assert.Equal(t, 1, sum, "old pods deleted by the halted round: %v", deleted)
 
 	client = startSliceClient(t, "webapp", wavesFloor)
-	message := "fixed " + randomSuffix()
-	mergePatch(t, nodeNS, wavesConfigMap, fmt.Sprintf(`{"data":{"message":%q}}`, message))
-	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready webapp pods, none old, none terminating", wavesReplicas), func() (bool, string) {
-		return sampler.settled(wavesReplicas)
-	})
-	checkAnswers(t, client, before, message)
-	sampler.check(t, "the bad change and its fix")
-	for name, n := range oldDeletes(t, old) {
-		assert.Equal(t, 1, n, "deletions of %s by %s", name, nodeSA)
-	}
-	for name, body := range serve(t, nodePods(t, webappSel)) {
-		assert.Equal(t, message, body, "pod %s after the fix", name)
-	}
+	rollTo(t, "fixed "+randomSuffix(), before, old, sampler, client, "the bad change and its fix")
 }
 
 // stateNow describes every pod now.
