@@ -79,9 +79,9 @@ const maxConflicts = 5
 func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r *round, i int, log *slog.Logger) (podState, error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
-	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.metrics.PodDeletions.Inc
+	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
 	if evict {
-		verb, past, resource, permission, count = "evict", "evicted", "pods/eviction", "create on pods/eviction", c.metrics.PodEvictions.Inc
+		verb, past, resource, permission = "evict", "evicted", "pods/eviction", "create on pods/eviction"
 	}
 	log = log.With("pod", pod.name)
 	for conflicts := 0; ; {
@@ -126,7 +126,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 			if conflicts++; conflicts > maxConflicts {
 				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, cm.namespace, pod.name, conflicts, err)
 			}
-			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log, count); !again {
+			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log); !again {
 				return st, err
 			}
 		case answerRefused:
@@ -152,7 +152,7 @@ func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (
 // judgeAgain re-reads a pod whose precondition failed: again is true, with
 // pod.rv refreshed, if the restart is to be tried again; else st is the
 // pod's state.
-func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger, count func(string)) (st podState, again bool, err error) {
+func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger) (st podState, again bool, err error) {
 	now, found, err := c.reread(ctx, namespace, pod.name)
 	switch {
 	case err != nil:
@@ -169,7 +169,7 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 		log.Info("pod terminating since it was selected", "outcome", "not_found")
 		return podGone, false, nil
 	case !r.sel.Matches(now.labels):
-		count("left")
+		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil
 	case r.indexed == nil && now.ready && now.owned:
@@ -205,4 +205,13 @@ func (c *Controller) deleteOptions(pod podRef) string {
 		dry = `,"dryRun":["All"]`
 	}
 	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
+}
+
+// countRestart counts an outcome of a restart in the strategy's metric.
+func (c *Controller) countRestart(result string) {
+	if c.cfg.Strategy == StrategyEvict {
+		c.metrics.PodEvictions.Inc(result)
+	} else {
+		c.metrics.PodDeletions.Inc(result)
+	}
 }

@@ -53,10 +53,11 @@ type round struct {
 	listed   bool
 	only     *intent   // a resumed round's intent: the pods it names
 	total    int       // N: the selected, controller-owned, non-terminating pods
-	floor    int       // the Ready pods it keeps: N - MaxUnavailable
-	ready    []bool    // ready[i]: pods[i] was Ready in the latest wave's list
+	budget   int       // MaxUnavailable of N
+	owned    []bool    // owned[i]: a controller owns pods[i]
+	ready    []bool    // ready[i]: pods[i] was Ready and owned in the latest wave's list
 	progress time.Time // its latest restart, or its first wave
-	halted   bool      // no restart possible for ProgressDeadline; guarded by mu
+	halted   bool      // no restart possible for ProgressDeadline
 	// blocked names a pod whose eviction a disruption budget refused.
 	blocked atomic.Pointer[string]
 }
