@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -329,15 +328,14 @@ func TestNodeReadinessFollowsTheAmbassador(t *testing.T) {
 	assert.Greater(t, ambAfter.RestartCount, ambBefore.RestartCount, "the ambassador was not restarted by the kubelet")
 }
 
+var nodeHTTP = &http.Client{Timeout: 5 * time.Second}
+
 // httpGet fetches url from inside the node's network namespace.
-func httpGet(url string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
+func httpGet(url string) (string, error) { return httpGetWith(nodeHTTP, url) }
+
+// httpGetWith fetches url with client and returns the body of a 200 answer.
+func httpGetWith(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
 	if err != nil {
 		return "", err
 	}
