@@ -72,7 +72,8 @@ type API interface {
 
 var _ API = (*apiclient.Client)(nil)
 
-// Controller implements watch.Handler and runs the workers.
+// Controller keeps what the watches of ConfigMaps show (ForNamespace gives
+// each its handler) and runs the workers.
 type Controller struct {
 	cfg     Config
 	api     API
@@ -107,7 +108,7 @@ type Controller struct {
 // (RBAC, say) must not hold rounds elsewhere.
 const syncWait = 10 * time.Second
 
-var _ watch.Handler = (*Controller)(nil)
+var _ watch.Handler = (*scope)(nil)
 
 // New returns a controller; Handle feeds it, Run acts.
 func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
@@ -220,13 +221,8 @@ func (c *Controller) releaseAfterSync() {
 
 func (s *scope) Handle(ev watch.Event) { s.c.Handle(ev) }
 
-// BeginList implements watch.Handler, for a watch of every namespace.
-func (c *Controller) BeginList() { c.all.BeginList() }
-
-// EndList implements watch.Handler, for a watch of every namespace.
-func (c *Controller) EndList() { c.all.EndList() }
-
-// Handle implements watch.Handler. It only records state and queues work.
+// Handle takes a ConfigMap event of any scope. It only records state and
+// queues work.
 func (c *Controller) Handle(ev watch.Event) {
 	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
 	if err != nil {
@@ -405,7 +401,7 @@ func (c *Controller) work(ctx context.Context) {
 				b = c.cfg.NewBackOff()
 				c.retries[key] = b
 			}
-			delay := max(b.NextBackOff(), min(apiclient.RetryAfter(err), 5*time.Minute))
+			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
 			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay)

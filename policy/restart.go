@@ -2,9 +2,9 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -79,9 +79,9 @@ const maxConflicts = 5
 func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r *round, i int, log *slog.Logger) (podState, error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
-	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.metrics.PodDeletions.Inc
+	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
 	if evict {
-		verb, past, resource, permission, count = "evict", "evicted", "pods/eviction", "create on pods/eviction", c.metrics.PodEvictions.Inc
+		verb, past, resource, permission = "evict", "evicted", "pods/eviction", "create on pods/eviction"
 	}
 	log = log.With("pod", pod.name)
 	for conflicts := 0; ; {
@@ -126,7 +126,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 			if conflicts++; conflicts > maxConflicts {
 				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, cm.namespace, pod.name, conflicts, err)
 			}
-			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log, count); !again {
+			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log); !again {
 				return st, err
 			}
 		case answerRefused:
@@ -152,7 +152,7 @@ func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (
 // judgeAgain re-reads a pod whose precondition failed: again is true, with
 // pod.rv refreshed, if the restart is to be tried again; else st is the
 // pod's state.
-func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger, count func(string)) (st podState, again bool, err error) {
+func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger) (st podState, again bool, err error) {
 	now, found, err := c.reread(ctx, namespace, pod.name)
 	switch {
 	case err != nil:
@@ -169,7 +169,7 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 		log.Info("pod terminating since it was selected", "outcome", "not_found")
 		return podGone, false, nil
 	case !r.sel.Matches(now.labels):
-		count("left")
+		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil
 	case r.indexed == nil && now.ready && now.owned:
@@ -184,25 +184,62 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 // pod, whose resourceVersion is no earlier than the deletion's.
 func (c *Controller) sendRestart(ctx context.Context, namespace string, pod podRef) ([]byte, error) {
 	path := apiclient.CorePath(namespace, "pods", pod.name)
+	opts := c.deleteOptions(pod)
 	if c.cfg.Strategy == StrategyEvict {
-		body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
-			`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
-		return c.api.Create(ctx, path+"/eviction", []byte(body))
+		body, err := json.Marshal(eviction{APIVersion: "policy/v1", Kind: "Eviction", Metadata: objectMeta{Name: pod.name, Namespace: namespace}, DeleteOptions: opts})
+		if err != nil {
+			return nil, fmt.Errorf("build eviction: %w", err)
+		}
+		return c.api.Create(ctx, path+"/eviction", body)
 	}
-	return c.api.Delete(ctx, path, []byte(c.deleteOptions(pod)))
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return nil, fmt.Errorf("build delete options: %w", err)
+	}
+	return c.api.Delete(ctx, path, body)
 }
 
 // deleteOptions guards a restart with the pod's uid (StatefulSet pods keep
 // their names) and resourceVersion as last seen: a pod changed since is
 // refused, not deleted.
-func (c *Controller) deleteOptions(pod podRef) string {
-	pre := `"uid":` + strconv.Quote(pod.uid)
-	if pod.rv != "" {
-		pre += `,"resourceVersion":` + strconv.Quote(pod.rv)
-	}
-	dry := ""
+func (c *Controller) deleteOptions(pod podRef) deleteOptions {
+	opts := deleteOptions{Kind: "DeleteOptions", APIVersion: "v1", Preconditions: preconditions{UID: pod.uid, ResourceVersion: pod.rv}}
 	if c.cfg.DryRun {
-		dry = `,"dryRun":["All"]`
+		opts.DryRun = []string{"All"}
 	}
-	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
+	return opts
+}
+
+// deleteOptions, eviction: the request bodies of a restart (meta/v1
+// DeleteOptions, policy/v1 Eviction), as much of them as we send.
+type (
+	deleteOptions struct {
+		Kind          string        `json:"kind"`
+		APIVersion    string        `json:"apiVersion"`
+		Preconditions preconditions `json:"preconditions"`
+		DryRun        []string      `json:"dryRun,omitempty"`
+	}
+	preconditions struct {
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	}
+	eviction struct {
+		APIVersion    string        `json:"apiVersion"`
+		Kind          string        `json:"kind"`
+		Metadata      objectMeta    `json:"metadata"`
+		DeleteOptions deleteOptions `json:"deleteOptions"`
+	}
+	objectMeta struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	}
+)
+
+// countRestart counts an outcome of a restart in the strategy's metric.
+func (c *Controller) countRestart(result string) {
+	if c.cfg.Strategy == StrategyEvict {
+		c.metrics.PodEvictions.Inc(result)
+	} else {
+		c.metrics.PodDeletions.Inc(result)
+	}
 }

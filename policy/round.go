@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -53,10 +52,11 @@ type round struct {
 	listed   bool
 	only     *intent   // a resumed round's intent: the pods it names
 	total    int       // N: the selected, controller-owned, non-terminating pods
-	floor    int       // the Ready pods it keeps: N - MaxUnavailable
-	ready    []bool    // ready[i]: pods[i] was Ready in the latest wave's list
+	budget   int       // MaxUnavailable of N
+	owned    []bool    // owned[i]: a controller owns pods[i]
+	ready    []bool    // ready[i]: pods[i] was Ready and owned in the latest wave's list
 	progress time.Time // its latest restart, or its first wave
-	halted   bool      // no restart possible for ProgressDeadline; guarded by mu
+	halted   bool      // no restart possible for ProgressDeadline
 	// blocked names a pod whose eviction a disruption budget refused.
 	blocked atomic.Pointer[string]
 }
@@ -289,12 +289,15 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(cm.hash, pods)
 	err := c.writeIntentText(ctx, key, cm, r, in)
-	if errors.Is(err, errIntentTooLong) {
+	if errors.Is(err, errIntentTooLong) && !in.all {
 		coarse := parseIntent(cm.hash.String() + "/*")
 		log.Warn("intent naming the round's pods is over the annotation size limit; writing the form that names none", "pods", len(pods))
 		c.event(cm, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote %s/* instead: if this round is cut short, the next one restarts every selected pod.", len(pods), cm.hash.short()))
 		in = coarse
 		err = c.writeIntentText(ctx, key, cm, r, in)
+	}
+	if errors.Is(err, errIntentTooLong) {
+		err = c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
@@ -308,9 +311,12 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 	return nil
 }
 
-// errIntentTooLong: the server refused an intent naming pods for the size
-// of the annotations.
+// errIntentTooLong: the server refused an intent for the size of the
+// annotations.
 var errIntentTooLong = errors.New("the intent is over the annotations' size limit")
+
+// roomInAnnotations is what a refusal for their size asks for.
+const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 
 func (c *Controller) writeIntentText(ctx context.Context, key string, cm configMap, r *round, in intent) error {
 	c.mu.Lock()
@@ -392,10 +398,10 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 			// Deleted or replaced meanwhile: the new object gets its own round.
 			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
 		case answerTooLong:
-			if annotation == RestartingAnnotation && !strings.HasSuffix(value, "/*") {
-				return fmt.Errorf("%w: %w", errIntentTooLong, err)
+			if annotation == RestartingAnnotation {
+				return fmt.Errorf("%w: %w", errIntentTooLong, err) // writeIntent decides
 			}
-			return c.refused(cm, "patch", "configmaps", "room in the annotations: the others fill the 256 KiB", err)
+			return c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 		case answerRefused:
 			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
 		default:

@@ -105,7 +105,10 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 	if !r.listed {
 		c.take(r, live, log)
 	}
-	pending := r.refresh(live, log)
+	pending, err := c.refresh(ctx, cm.namespace, r, live, log)
+	if err != nil {
+		return err
+	}
 	if len(pending) == 0 {
 		return nil
 	}
@@ -132,7 +135,7 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 }
 
 // take makes the first wave's list the round's: its pods (for a resumed
-// round, those its intent names), N and the floor of Ready pods.
+// round, those its intent names), N and the budget.
 func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
 	for _, p := range live {
 		switch {
@@ -143,23 +146,39 @@ func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
 		}
 		if r.only == nil || r.only.has(p.uid) {
 			r.pods = append(r.pods, p.podRef)
+			r.owned = append(r.owned, p.owned)
 		}
 	}
 	r.state, r.ready = make([]podState, len(r.pods)), make([]bool, len(r.pods))
-	r.floor = r.total - c.cfg.MaxUnavailable.of(r.total)
+	r.budget = c.cfg.MaxUnavailable.of(r.total)
 	r.listed, r.progress = true, time.Now()
 	if r.only != nil {
-		log.Info("resuming an interrupted round", "hash", r.hash, "pods", len(r.pods), "selected", r.total, "max_unavailable", c.cfg.MaxUnavailable.of(r.total))
+		log.Info("resuming an interrupted round", "hash", r.hash, "pods", len(r.pods), "selected", r.total, "max_unavailable", r.budget)
 	} else {
-		log.Info("data changed; restarting pods", "hash", r.hash, "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.of(r.total))
+		log.Info("data changed; restarting pods", "hash", r.hash, "pods", len(r.pods), "max_unavailable", r.budget)
 	}
 }
 
+// floor is how many selected pods must stay Ready: N - MaxUnavailable,
+// where N leaves out the round's pods that left it by other hands (scaled
+// down, relabelled, deleted or replaced by someone else): no replacement
+// of ours is coming for them, and counting them would halt the round.
+func (r *round) floor() int {
+	gone := 0
+	for i, st := range r.state {
+		if r.owned[i] && (st == podGone || st == podLeft || st == podRefused) {
+			gone++
+		}
+	}
+	return r.total - gone - r.budget
+}
+
 // refresh returns the round's pending pods as live shows them, their
-// preconditions taken from it. A pending pod live does not show, or shows
-// terminating, is done with: gone, or no longer selected; its replacement,
-// if any, runs the new data.
-func (r *round) refresh(live []listedPod, log *slog.Logger) (pending []int) {
+// preconditions taken from it. One live shows terminating is done with: its
+// replacement runs the new data. One live does not show is re-read and
+// judged as a refused restart is (judgeAgain): gone, replaced, or no
+// longer selected (left).
+func (c *Controller) refresh(ctx context.Context, namespace string, r *round, live []listedPod, log *slog.Logger) (pending []int, err error) {
 	byUID := make(map[string]*listedPod, len(live))
 	for i := range live {
 		byUID[live[i].uid] = &live[i]
@@ -169,8 +188,18 @@ func (r *round) refresh(live []listedPod, log *slog.Logger) (pending []int) {
 			continue
 		}
 		p := byUID[r.pods[i].uid]
-		if p == nil || p.terminating {
-			log.Info("pod gone, terminating or no longer selected since the round began", "pod", r.pods[i].name)
+		switch {
+		case p == nil:
+			st, again, err := c.judgeAgain(ctx, namespace, r, &r.pods[i], log.With("pod", r.pods[i].name))
+			if err != nil {
+				return nil, err
+			}
+			if !again { // else selected again since the list: the next wave sees it
+				r.state[i] = st
+			}
+			continue
+		case p.terminating:
+			log.Info("pod terminating since the round began", "pod", p.name)
 			r.state[i] = podGone
 			continue
 		}
@@ -178,7 +207,7 @@ func (r *round) refresh(live []listedPod, log *slog.Logger) (pending []int) {
 		r.ready[i] = p.ready && p.owned
 		pending = append(pending, i)
 	}
-	return pending
+	return pending, nil
 }
 
 // floorCount is one round's rule in a wave: ready counts its selected,
@@ -210,7 +239,7 @@ func (c *Controller) choose(ctx context.Context, namespace string, r *round, liv
 	for _, p := range live {
 		labels[p.uid] = p.labels
 	}
-	rules := []*floorCount{countReady(r.sel, r.floor, live)}
+	rules := []*floorCount{countReady(r.sel, r.floor(), live)}
 	for _, o := range c.otherRounds(namespace, r) {
 		overlaps := false
 		for _, i := range pending {
@@ -223,7 +252,7 @@ func (c *Controller) choose(ctx context.Context, namespace string, r *round, liv
 		if err != nil {
 			return nil, fmt.Errorf("list the pods of an overlapping round: %w", err)
 		}
-		rules = append(rules, countReady(o.sel, o.floor, theirs))
+		rules = append(rules, countReady(o.sel, o.floor(), theirs))
 	}
 	var chosen, ready []int
 	for _, i := range pending {
@@ -255,8 +284,8 @@ func (c *Controller) choose(ctx context.Context, namespace string, r *round, liv
 }
 
 // otherRounds returns the rounds of the namespace's other ConfigMaps that
-// have taken their pods. Their selector and floor are set under the
-// namespace's gate, which the caller holds.
+// have taken their pods. What their floor reads changes only in their
+// waves, under the namespace's gate, which the caller holds.
 func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -317,14 +346,14 @@ func (c *Controller) stalled(r *round, live []listedPod) string {
 	if len(notReady) > 0 {
 		return fmt.Sprintf("%d replacement(s) not Ready for %s: %s (pod %s)", len(notReady), deadline, notReady[0].why, notReady[0].name)
 	}
-	return fmt.Sprintf("%d selected pod(s) Ready for %s, and %d must stay Ready (MAX_UNAVAILABLE %s of %d)", ready, deadline, r.floor, c.cfg.MaxUnavailable, r.total)
+	return fmt.Sprintf("%d selected pod(s) Ready for %s, and %d must stay Ready (MAX_UNAVAILABLE %s of %d)", ready, deadline, r.floor(), c.cfg.MaxUnavailable, r.total)
 }
 
-// setHalted marks round r (of key) halted or not, for the gauge.
+// setHalted marks round r (of key) halted or not, and keeps the gauge.
 func (c *Controller) setHalted(key string, r *round, halted bool) {
+	r.halted = halted
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r.halted = halted
 	if halted {
 		c.halted[key] = r
 	} else {

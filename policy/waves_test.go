@@ -234,6 +234,25 @@ func TestNewChangeWhileHaltedRestartsNotReadyFirst(t *testing.T) {
 	assert.Equal(t, 0.0, m.RoundsHalted.Value(), "the halted round gave way")
 }
 
+// TestPodRelabelledBetweenWavesIsLeft ensures a pod relabelled out of the
+// selector while its round waits is not restarted, is counted left, and no
+// longer counts in N: the round completes instead of waiting for a Ready
+// pod that left.
+func TestPodRelabelledBetweenWavesIsLeft(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceDeleted(func() bool { return false })
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 }, waitFor, time.Millisecond)
+	api.relabel("web-2", map[string]string{"app": "quarantine"})
+	api.replaceDeleted(func() bool { return true })
+	api.makeReady()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-3", "web-4"}, api.deletedPods())
+	assert.Equal(t, uint64(1), m.PodDeletions.Value("left"))
+}
+
 // TestOverlappingRoundsShareTheBudget ensures a ConfigMap whose selector
 // overlaps another's does not take the pods of the other's round below that
 // round's floor: web-1..4 are selected by both (25% of 4: 1), x-5..8 by the
