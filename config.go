@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/k8spatterns/config-watcher/leader"
+	"github.com/k8spatterns/config-watcher/policy"
 	"github.com/k8spatterns/config-watcher/selector"
 )
 
@@ -31,7 +32,8 @@ type config struct {
 	Workers            int
 	ShutdownTimeout    time.Duration
 	RestartStrategy    string
-	EvictTimeout       time.Duration
+	MaxUnavailable     policy.Budget
+	ProgressDeadline   time.Duration
 	MaxConcurrent      int
 	DryRun             bool
 	PodIndex           bool
@@ -109,8 +111,13 @@ var settings = []setting{
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
-	{"EVICT_TIMEOUT", "evict-timeout", "5m", "how long an eviction refused by a disruption budget is retried before the pod is reported stuck and left", leaseTime(func(c *config) *time.Duration { return &c.EvictTimeout })},
-	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "0", "pods of one ConfigMap restarted at once; 0: all at once", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
+	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts: a number, or a percentage rounded down (at least 1); pods that are not Ready are restarted first and always; 100% restarts all at once", func(c *config, v string) error {
+		b, err := policy.ParseBudget(v)
+		c.MaxUnavailable = b
+		return err
+	}},
+	{"PROGRESS_DEADLINE", "progress-deadline", "10m", "a round that could restart no pod for this long halts (Warning Event RolloutHalted) and goes on when pods become Ready; replacements not Ready this long after the last restart get a ReplacementsNotReady Event", durationSetting(time.Second, 24*time.Hour, "1s to 24h", func(c *config) *time.Duration { return &c.ProgressDeadline })},
+	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
@@ -160,7 +167,7 @@ func durationSetting(lo, hi time.Duration, bounds string, field func(c *config) 
 	}
 }
 
-// leaseTime is the range of the durations of leader election and eviction.
+// leaseTime is the range of the durations of leader election.
 func leaseTime(field func(c *config) *time.Duration) func(c *config, v string) error {
 	return durationSetting(100*time.Millisecond, 10*time.Minute, "100ms to 10m", field)
 }
@@ -239,6 +246,11 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 		if err := s.apply(&c, v); err != nil {
 			return config{}, fmt.Errorf("%s=%q (from %s): %w", s.env, v, source, err)
 		}
+	}
+	if _, ok := lookupEnv("EVICT_TIMEOUT"); ok {
+		// Refused, not ignored: whoever set it expects an eviction to be
+		// given up on after it, and it no longer is.
+		return config{}, errors.New("EVICT_TIMEOUT is replaced by PROGRESS_DEADLINE: an eviction a disruption budget refuses is tried again in each wave, and the round halts (and says so) when no restart has been possible for PROGRESS_DEADLINE; remove EVICT_TIMEOUT")
 	}
 	if err := c.validate(); err != nil {
 		return config{}, err

@@ -90,7 +90,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		Workers:               cfg.Workers,
 		ShutdownGrace:         cfg.ShutdownTimeout,
 		Strategy:              cfg.RestartStrategy,
-		EvictTimeout:          cfg.EvictTimeout,
+		MaxUnavailable:        cfg.MaxUnavailable,
+		ProgressDeadline:      cfg.ProgressDeadline,
 		MaxConcurrentRestarts: cfg.MaxConcurrent,
 		DryRun:                cfg.DryRun,
 	}
@@ -169,7 +170,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "pod_index", cfg.PodIndex, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "pod_index", cfg.PodIndex, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	var wg sync.WaitGroup
 	for _, lw := range lws {
 		wg.Go(func() { _ = lw.Run(ctx) })

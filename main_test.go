@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/k8spatterns/config-watcher/policy"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
-				RestartStrategy: "delete", EvictTimeout: 5 * time.Minute, PodIndex: true, Events: true,
+				RestartStrategy: "delete", MaxUnavailable: policy.Budget{Percent: 25}, ProgressDeadline: 10 * time.Minute, MaxConcurrent: 10, PodIndex: true, Events: true,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
@@ -91,13 +92,22 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadEvents", env: map[string]string{"EVENTS": "sometimes"}, wantErr: "EVENTS"},
 		{name: "BadPodIndex", env: map[string]string{"POD_INDEX": "maybe"}, wantErr: "POD_INDEX"},
 		{name: "BadDryRun", env: map[string]string{"DRY_RUN": "perhaps"}, wantErr: "DRY_RUN"},
-		{name: "EvictPacedDryRun", env: map[string]string{"RESTART_STRATEGY": "evict", "EVICT_TIMEOUT": "1m", "MAX_CONCURRENT_RESTARTS": "1", "DRY_RUN": "true"},
+		{name: "EvictPacedDryRun", env: map[string]string{"RESTART_STRATEGY": "evict", "PROGRESS_DEADLINE": "1m", "MAX_CONCURRENT_RESTARTS": "1", "DRY_RUN": "true"},
 			check: func(t *testing.T, c config) {
 				assert.Equal(t, "evict", c.RestartStrategy)
-				assert.Equal(t, time.Minute, c.EvictTimeout)
+				assert.Equal(t, time.Minute, c.ProgressDeadline)
 				assert.Equal(t, 1, c.MaxConcurrent)
 				assert.True(t, c.DryRun)
 			}},
+		{name: "MaxUnavailableCount", env: map[string]string{"MAX_UNAVAILABLE": "2"},
+			check: func(t *testing.T, c config) { assert.Equal(t, policy.Budget{Pods: 2}, c.MaxUnavailable) }},
+		{name: "MaxUnavailableAllAtOnce", args: []string{"--max-unavailable=100%"},
+			check: func(t *testing.T, c config) { assert.Equal(t, policy.Budget{Percent: 100}, c.MaxUnavailable) }},
+		{name: "MaxUnavailableZeroRefused", env: map[string]string{"MAX_UNAVAILABLE": "0"}, wantErr: `MAX_UNAVAILABLE="0" (from MAX_UNAVAILABLE): must be a whole number of pods (at least 1) or a percentage from 1% to 100%`},
+		{name: "MaxUnavailableOverAllRefused", env: map[string]string{"MAX_UNAVAILABLE": "150%"}, wantErr: "MAX_UNAVAILABLE"},
+		{name: "MaxUnavailableFractionRefused", env: map[string]string{"MAX_UNAVAILABLE": "2.5%"}, wantErr: "MAX_UNAVAILABLE"},
+		{name: "ProgressDeadlineBelowOneSecondRefused", env: map[string]string{"PROGRESS_DEADLINE": "500ms"}, wantErr: "PROGRESS_DEADLINE"},
+		{name: "EvictTimeoutRefusedWithItsReplacement", env: map[string]string{"EVICT_TIMEOUT": "5m"}, wantErr: "EVICT_TIMEOUT is replaced by PROGRESS_DEADLINE"},
 		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {

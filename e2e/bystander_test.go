@@ -34,12 +34,12 @@ func evictions(t *testing.T, ns string) []auditEvent {
 // TestBystanderRelabelledDuringDeleteRetries ensures a pod relabelled out
 // of the selector while its DELETE is being retried (the fault proxy
 // answers 500) is not deleted once the faults stop, with and without the
-// pod index.
+// pod index (which only rounds of MAX_UNAVAILABLE=100% begin from).
 func TestBystanderRelabelledDuringDeleteRetries(t *testing.T) {
 	for _, podIndex := range []string{"false", "true"} {
 		t.Run("POD_INDEX="+podIndex, func(t *testing.T) {
 			const replicas = 3
-			ns, pods, h, fp, c := webappBehindFaultProxyWith(t, replicas, "POD_INDEX="+podIndex)
+			ns, pods, h, fp, c := webappBehindFaultProxyWith(t, replicas, "POD_INDEX="+podIndex, "MAX_UNAVAILABLE=100%")
 			quarantined := pods[0].name
 			fp.SetRules(t, fmt.Sprintf(`[{"name":"fail","method":"DELETE","path":"/pods/%s","status":500}]`, quarantined))
 
@@ -59,7 +59,8 @@ func TestBystanderRelabelledDuringDeleteRetries(t *testing.T) {
 // out of the selector while a disruption budget refuses its eviction is
 // not evicted once the budget is removed. The pods are set Running and
 // Ready through pods/status, as a kubelet would: a budget ignores pods
-// that are not.
+// that are not. The budget is the only guard here (MAX_UNAVAILABLE=100%):
+// with waves, the round would wait for replacements no kubelet makes Ready.
 func TestBystanderRelabelledDuringRefusedEvictions(t *testing.T) {
 	const replicas = 4
 	ns := newNamespace(t)
@@ -83,7 +84,7 @@ spec:
 		return out == fmt.Sprint(replicas), out
 	})
 	h := trackChanges(t, ns, "app=webapp")
-	c := startController(t, controllerOpts{namespace: ns, extraEnv: []string{"RESTART_STRATEGY=evict"}})
+	c := startController(t, controllerOpts{namespace: ns, extraEnv: []string{"RESTART_STRATEGY=evict", "MAX_UNAVAILABLE=100%"}})
 	c.WaitReady(t)
 	waitRestartedFor(t, ns, "webapp-config", "")
 	quarantined := pods[0].name

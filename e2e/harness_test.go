@@ -244,6 +244,24 @@ type configMap struct {
 
 type pod struct{ name, uid string }
 
+// podConditions is the part of a pod's status that says whether it is Ready.
+type podConditions struct {
+	Conditions []struct {
+		Type   string `json:"type"`
+		Status string `json:"status"`
+	} `json:"conditions"`
+}
+
+// ready reports the Ready condition as the kubelet (or a test playing it) set it.
+func (s podConditions) ready() bool {
+	for _, c := range s.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
 // livePods lists the pods in ns matching selector that are not terminating.
 func livePods(t *testing.T, ns, selector string) []pod {
 	t.Helper()

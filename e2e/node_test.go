@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -66,24 +65,14 @@ type nodePod struct {
 		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
-		PodIP      string `json:"podIP"`
-		Conditions []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-		} `json:"conditions"`
+		PodIP string `json:"podIP"`
+		podConditions
 		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
 		ContainerStatuses     []containerStatus `json:"containerStatuses"`
 	} `json:"status"`
 }
 
-func (p nodePod) ready() bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == "Ready" {
-			return c.Status == "True"
-		}
-	}
-	return false
-}
+func (p nodePod) ready() bool { return p.Status.ready() }
 
 // container returns the status of the (init or app) container called name.
 func (p nodePod) container(name string) (containerStatus, bool) {
@@ -339,15 +328,14 @@ func TestNodeReadinessFollowsTheAmbassador(t *testing.T) {
 	assert.Greater(t, ambAfter.RestartCount, ambBefore.RestartCount, "the ambassador was not restarted by the kubelet")
 }
 
+var nodeHTTP = &http.Client{Timeout: 5 * time.Second}
+
 // httpGet fetches url from inside the node's network namespace.
-func httpGet(url string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
+func httpGet(url string) (string, error) { return httpGetWith(nodeHTTP, url) }
+
+// httpGetWith fetches url with client and returns the body of a 200 answer.
+func httpGetWith(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
 	if err != nil {
 		return "", err
 	}

@@ -551,9 +551,10 @@ cmd_inner() {
 	export CW_APISERVER_ARGS="--bind-address=0.0.0.0 --kubelet-preferred-address-types=InternalIP ${CW_APISERVER_ARGS:-}"
 	# Pods go to the node as a user's do, placed by kube-scheduler. The apiserver taints a
 	# new Node not-ready (NoSchedule); the node lifecycle controller lifts it once the
-	# kubelet reports Ready.
+	# kubelet reports Ready. The endpointslice controller keeps each Service's
+	# EndpointSlices, which say which pods take traffic (what kube-proxy would follow).
 	export CW_SCHEDULER=1
-	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher,nodelifecycle${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
+	export CW_KCM_EXTRA_CONTROLLERS=root-ca-cert-publisher,nodelifecycle,endpointslice${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS}
 	"$hack_dir/cluster.sh" up
 	eval "$("$hack_dir/cluster.sh" env)"
 

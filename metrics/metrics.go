@@ -116,6 +116,9 @@ func (r *Registry) NewGauge(name, help string) *Gauge {
 // Set replaces the value.
 func (g *Gauge) Set(v float64) { g.bits.Store(math.Float64bits(v)) }
 
+// Value returns the current value.
+func (g *Gauge) Value() float64 { return math.Float64frombits(g.bits.Load()) }
+
 // NewInfo registers a gauge fixed at 1 carrying constant labels, the
 // Prometheus convention for build information.
 func (r *Registry) NewInfo(name, help string, labels map[string]string) {

@@ -249,9 +249,9 @@ func TestBadInputRepeatedEvents(t *testing.T) {
 	settle(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // our record
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
-	c.BeginList()
+	c.all.BeginList()
 	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
-	c.EndList()
+	c.all.EndList()
 	settle(t, c)
 	assert.Len(t, api.deletedPods(), 3)
 	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))

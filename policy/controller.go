@@ -31,10 +31,14 @@ type Config struct {
 	ShutdownGrace time.Duration
 	NewBackOff    func() backoff.BackOff // retry policy of failed rounds and blocked evictions
 	Strategy      string                 // StrategyDelete (the default) or StrategyEvict
-	// EvictTimeout bounds how long an eviction blocked by a disruption
-	// budget is retried before the pod is reported stuck (5 min).
-	EvictTimeout time.Duration
-	// MaxConcurrentRestarts paces a round; 0 restarts all its pods at once.
+	// MaxUnavailable is the budget of a round's waves (waves.go; 25%).
+	MaxUnavailable Budget
+	// ProgressDeadline: a round that could restart nothing for this long
+	// halts, and a finished round's replacements not Ready by then are
+	// reported (10 min).
+	ProgressDeadline time.Duration
+	// MaxConcurrentRestarts caps a round's restart requests in flight; 0
+	// sends a wave's all at once.
 	MaxConcurrentRestarts int
 	// DryRun does everything but act: the server validates each restart
 	// (dryRun=All), and nothing is deleted, evicted or recorded.
@@ -68,7 +72,8 @@ type API interface {
 
 var _ API = (*apiclient.Client)(nil)
 
-// Controller implements watch.Handler and runs the workers.
+// Controller keeps what the watches of ConfigMaps show (ForNamespace gives
+// each its handler) and runs the workers.
 type Controller struct {
 	cfg     Config
 	api     API
@@ -78,6 +83,7 @@ type Controller struct {
 	// sweepWait bounds the sweep's wait for the index (defaultSweepWait;
 	// shorter in tests, whose index has no watch to wait for).
 	sweepWait time.Duration
+	wavePoll  time.Duration // the wait between waves (shorter in tests)
 
 	mu         sync.Mutex
 	entries    map[string]*entry
@@ -85,7 +91,9 @@ type Controller struct {
 	annotated  map[string]int // existing entries per namespace (Config.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	all        *scope // the handler for a watch of every namespace
+	all        *scope                 // the handler for a watch of every namespace
+	gates      map[string]*sync.Mutex // per namespace: one wave at a time (waves.go)
+	halted     map[string]*round      // halted rounds, by key
 
 	// unsynced counts the scopes whose first list has not ended; synced is
 	// closed when none is left. Workers wait for it (at most syncWait):
@@ -100,7 +108,7 @@ type Controller struct {
 // (RBAC, say) must not hold rounds elsewhere.
 const syncWait = 10 * time.Second
 
-var _ watch.Handler = (*Controller)(nil)
+var _ watch.Handler = (*scope)(nil)
 
 // New returns a controller; Handle feeds it, Run acts.
 func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
@@ -116,11 +124,17 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	if cfg.Strategy == "" {
 		cfg.Strategy = StrategyDelete
 	}
-	if cfg.EvictTimeout <= 0 {
-		cfg.EvictTimeout = 5 * time.Minute
+	if cfg.MaxUnavailable == (Budget{}) {
+		cfg.MaxUnavailable = Budget{Percent: 25}
+	}
+	if cfg.ProgressDeadline <= 0 {
+		cfg.ProgressDeadline = 10 * time.Minute
 	}
 	c := &Controller{
 		sweepWait: defaultSweepWait,
+		wavePoll:  wavePoll,
+		gates:     map[string]*sync.Mutex{},
+		halted:    map[string]*round{},
 		cfg:       cfg,
 		api:       api,
 		log:       log,
@@ -207,13 +221,8 @@ func (c *Controller) releaseAfterSync() {
 
 func (s *scope) Handle(ev watch.Event) { s.c.Handle(ev) }
 
-// BeginList implements watch.Handler, for a watch of every namespace.
-func (c *Controller) BeginList() { c.all.BeginList() }
-
-// EndList implements watch.Handler, for a watch of every namespace.
-func (c *Controller) EndList() { c.all.EndList() }
-
-// Handle implements watch.Handler. It only records state and queues work.
+// Handle takes a ConfigMap event of any scope. It only records state and
+// queues work.
 func (c *Controller) Handle(ev watch.Event) {
 	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
 	if err != nil {
@@ -250,6 +259,7 @@ func (c *Controller) observe(cm configMap) bool {
 		return false
 	}
 	e.apply(cm)
+	c.pruneHalted() // apply may have ended a round
 	if first && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
 		e.r, e.adopted = cm.hash, true
@@ -296,7 +306,8 @@ const maxTombstones = 1024
 // bury makes e a tombstone and stops its round. c.mu must be held.
 func (c *Controller) bury(e *entry) {
 	c.setExists(e, false)
-	e.round = nil
+	e.round, e.last = nil, nil
+	c.pruneHalted()
 	c.seq++
 	e.seen = c.seq
 }
@@ -380,23 +391,28 @@ func (c *Controller) work(ctx context.Context) {
 		if !ok {
 			return
 		}
-		result, err := c.reconcile(ctx, key)
+		result, after, err := c.reconcile(ctx, key)
 		c.metrics.Reconciles.Inc(result)
 		c.mu.Lock()
+		c.pruneHalted()
 		if err != nil {
 			b, ok := c.retries[key]
 			if !ok {
 				b = c.cfg.NewBackOff()
 				c.retries[key] = b
 			}
-			delay := max(b.NextBackOff(), min(apiclient.RetryAfter(err), 5*time.Minute))
+			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
 			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay)
 		} else {
 			delete(c.retries, key)
 			c.mu.Unlock()
-			c.queue.Forget(key) // a retry due from an earlier failure would only look again
+			if after > 0 {
+				c.queue.AddAfter(key, after) // replaces a retry due from an earlier failure
+			} else {
+				c.queue.Forget(key) // a retry due from an earlier failure would only look again
+			}
 		}
 		c.queue.Done(key)
 		c.releaseAfterSync()
@@ -405,24 +421,30 @@ func (c *Controller) work(ctx context.Context) {
 
 // Metrics of the controller.
 type Metrics struct {
-	Reconciles       *metrics.CounterVec
-	PodDeletions     *metrics.CounterVec
-	PodEvictions     *metrics.CounterVec
-	WritesRefused    *metrics.CounterVec
-	InvalidSelectors *metrics.Counter
-	SkippedObjects   *metrics.Counter
-	QueueDepth       *metrics.Gauge
+	Reconciles    *metrics.CounterVec
+	PodDeletions  *metrics.CounterVec
+	PodEvictions  *metrics.CounterVec
+	WritesRefused *metrics.CounterVec
+	RoundsHalted  *metrics.Gauge
+	// ReplacementsNotReady counts finished rounds whose replacements were
+	// not Ready ProgressDeadline after the last restart.
+	ReplacementsNotReady *metrics.Counter
+	InvalidSelectors     *metrics.Counter
+	SkippedObjects       *metrics.Counter
+	QueueDepth           *metrics.Gauge
 }
 
 // NewMetrics registers the controller's metrics in r.
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
 		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
-			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone),
+			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone, resultWaiting),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result; left: the pod changed and no longer needs the restart (relabelled out of the selector).", "result",
 			"deleted", "not_found", "conflict", "left", "error", "dry_run"),
-		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; stuck: a disruption budget blocked it past EVICT_TIMEOUT.", "result",
-			"evicted", "not_found", "conflict", "left", "stuck", "error", "dry_run"),
+		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; blocked: a disruption budget refused it (tried again in the next wave).", "result",
+			"evicted", "not_found", "conflict", "left", "blocked", "error", "dry_run"),
+		RoundsHalted:         r.NewGauge("config_watcher_rounds_halted", "Rounds halted: no restart possible for PROGRESS_DEADLINE (each also a RolloutHalted Warning Event)."),
+		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
 		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource.", "resource",
 			"configmaps", "pods", "pods/eviction"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),

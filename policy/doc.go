@@ -20,7 +20,8 @@
 //	R = D, no I                              nothing (write R once if the annotation is missing)
 //	R ≠ D, no I                              new round over every selected pod
 //
-// A round (round.go) writes I, restarts, then writes R = D and removes I.
+// A round (round.go) writes I, restarts in waves that wait for Ready pods
+// (waves.go), then writes R = D and removes I.
 // Interrupted anywhere, it leaves a state of the table: killed mid-round or
 // failing to record, it leaves I; a lost lease stops it before its next
 // write. I is outdated once the data was seen to differ from I.hash after I
@@ -41,4 +42,7 @@
 //	                            nothing yet
 //	a standby                   queue.go: queues nothing; Lead queues what needs
 //	                            action
+//	a round waiting for Ready   wave (waves.go): the budget rule on a fresh LIST
+//	                            each wave; halted after ProgressDeadline, it keeps
+//	                            I and goes on; a new change supersedes it
 package policy

@@ -29,6 +29,9 @@ type fakePod struct {
 	labels      map[string]string
 	terminating bool
 	version     uint64 // resourceVersion; the fake's revision counter when 0
+	ready       bool   // its Ready condition is True
+	owner       string // the ReplicaSet that controls it ("": none)
+	waiting     string // container app's waiting reason, when not ready
 }
 
 // request is what the fake server saw.
@@ -184,20 +187,36 @@ func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
 		start, _ = strconv.Atoi(c)
 	}
 	end := min(start+f.pageSize, len(names))
-	var items []map[string]any // null when empty, as the real server answers metadata-only lists
+	items := []map[string]any{}
 	for _, n := range names[start:end] {
-		p := f.pods[n]
-		meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels, "resourceVersion": strconv.FormatUint(p.version, 10)}
-		if p.terminating {
-			meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
-		}
-		items = append(items, map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+		items = append(items, f.pods[n].object())
 	}
 	listMeta := map[string]any{"resourceVersion": "100"}
 	if end < len(names) {
 		listMeta["continue"] = strconv.Itoa(end)
 	}
-	json.NewEncoder(w).Encode(map[string]any{"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": listMeta, "items": items})
+	json.NewEncoder(w).Encode(map[string]any{"kind": "PodList", "apiVersion": "v1", "metadata": listMeta, "items": items})
+}
+
+// object is the pod as the server shows it: what the controller reads of
+// it, and a spec it must not need.
+func (p *fakePod) object() map[string]any {
+	meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels, "resourceVersion": strconv.FormatUint(p.version, 10)}
+	if p.terminating {
+		meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+	}
+	if p.owner != "" {
+		meta["ownerReferences"] = []map[string]any{{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": p.owner, "uid": "rs-uid", "controller": true}}
+	}
+	ready, app := "False", map[string]any{"name": "app", "ready": p.ready, "state": map[string]any{"running": map[string]any{}}}
+	if p.ready {
+		ready = "True"
+	} else if p.waiting != "" {
+		app["state"] = map[string]any{"waiting": map[string]any{"reason": p.waiting}}
+	}
+	return map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": meta,
+		"spec":   map[string]any{"containers": []map[string]any{{"name": "app", "image": "webapp:1"}}},
+		"status": map[string]any{"phase": "Running", "conditions": []map[string]any{{"type": "Ready", "status": ready}}, "containerStatuses": []map[string]any{app}}}
 }
 
 func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
@@ -422,6 +441,7 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 	m := NewMetrics(metrics.NewRegistry())
 	c := New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	c.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
+	c.wavePoll = 5 * time.Millisecond
 	return c, m
 }
 

@@ -108,11 +108,12 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				c := New(Config{SelectorAnnotation: DefaultSelectorAnnotation, RecordHash: true}, nil, log, NewMetrics(metrics.NewRegistry()))
-				c.BeginList()
+				all := c.ForNamespace("")
+				all.BeginList()
 				for _, raw := range synced {
-					c.Handle(watch.Event{Type: watch.Synced, Object: raw})
+					all.Handle(watch.Event{Type: watch.Synced, Object: raw})
 				}
-				c.EndList()
+				all.EndList()
 				for c.queue.Len() > 0 {
 					key, _ := c.queue.Get()
 					c.mu.Lock()

@@ -2,19 +2,15 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
-	"github.com/k8spatterns/config-watcher/events"
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // Restart strategies (RESTART_STRATEGY).
@@ -26,22 +22,19 @@ const (
 	StrategyEvict = "evict"
 )
 
-// restartAll restarts the round's pending pods, at most
-// MaxConcurrentRestarts at a time (0: all at once). A pod that fails stays
-// pending, so a retried round restarts only those.
-func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+// restartAll restarts the round's pods which, at most MaxConcurrentRestarts
+// requests at a time (0: all at once). A pod that fails stays pending, so a
+// retried round restarts only those.
+func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r *round, which []int, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
-		limit = len(r.pods)
+		limit = len(which)
 	}
 	sem := make(chan struct{}, max(limit, 1))
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
 	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
-	for i := range r.pods {
-		if r.state[i] != podPending {
-			continue
-		}
+	for _, i := range which {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -79,19 +72,18 @@ const maxConflicts = 5
 // failed precondition re-reads the pod: retried with its new
 // resourceVersion only if it is still selected, the same pod and not
 // terminating (the same uid: created before the round, it may run old
-// data); otherwise left. While a disruption budget refuses an eviction it
-// is retried until EvictTimeout, then reported stuck and left alone: one
-// blocked pod must not hold the rollout of the others.
+// data); otherwise left. In a round in waves, a pod that is Ready when
+// re-read waits for the next wave, which counts it again. An eviction a
+// disruption budget refuses stays pending for the next wave: the round
+// halts if that lasts ProgressDeadline (waves.go).
 func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r *round, i int, log *slog.Logger) (podState, error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
-	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.metrics.PodDeletions.Inc
+	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
 	if evict {
-		verb, past, resource, permission, count = "evict", "evicted", "pods/eviction", "create on pods/eviction", c.metrics.PodEvictions.Inc
+		verb, past, resource, permission = "evict", "evicted", "pods/eviction", "create on pods/eviction"
 	}
 	log = log.With("pod", pod.name)
-	deadline := time.Now().Add(c.cfg.EvictTimeout)
-	var budget backoff.BackOff
 	for conflicts := 0; ; {
 		if err := c.current(ctx, key, cm, r); err != nil {
 			return podPending, err
@@ -119,20 +111,10 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 				count("error")
 				return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, cm.namespace, pod.name, err)
 			}
-			if budget == nil {
-				budget = c.cfg.NewBackOff()
-			}
-			delay := max(budget.NextBackOff(), min(apiclient.RetryAfter(err), time.Minute))
-			if time.Now().Add(delay).After(deadline) {
-				c.stuck(cm.namespace, *pod, log, err)
-				return podStuck, nil
-			}
-			log.Info("eviction not allowed yet (disruption budget); retrying", "retry_in", delay.Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-				return podPending, ctx.Err()
-			case <-time.After(delay): // collected once unreferenced (Go 1.23)
-			}
+			count("blocked")
+			log.Info("eviction not allowed yet (disruption budget); trying again in the next wave", "outcome", "blocked", "err", err)
+			r.blocked.Store(&pod.name)
+			return podPending, nil
 		case answerConflict:
 			count("conflict")
 			if since, ok := r.indexedTermination(ctx, cm.namespace, pod.uid); ok {
@@ -144,7 +126,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 			if conflicts++; conflicts > maxConflicts {
 				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, cm.namespace, pod.name, conflicts, err)
 			}
-			if st, again, err := c.judgeAgain(ctx, cm.namespace, r.sel, pod, log, count); !again {
+			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log); !again {
 				return st, err
 			}
 		case answerRefused:
@@ -170,7 +152,7 @@ func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (
 // judgeAgain re-reads a pod whose precondition failed: again is true, with
 // pod.rv refreshed, if the restart is to be tried again; else st is the
 // pod's state.
-func (c *Controller) judgeAgain(ctx context.Context, namespace string, sel *selector.Selector, pod *podRef, log *slog.Logger, count func(string)) (st podState, again bool, err error) {
+func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger) (st podState, again bool, err error) {
 	now, found, err := c.reread(ctx, namespace, pod.name)
 	switch {
 	case err != nil:
@@ -186,10 +168,13 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, sel *sele
 	case now.terminating:
 		log.Info("pod terminating since it was selected", "outcome", "not_found")
 		return podGone, false, nil
-	case !sel.Matches(now.labels):
-		count("left")
+	case !r.sel.Matches(now.labels):
+		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil
+	case r.indexed == nil && now.ready && now.owned:
+		log.Info("pod changed and is Ready; the next wave counts it again", "outcome", "conflict")
+		return podPending, false, nil
 	}
 	pod.rv, pod.version = now.rv, now.version
 	return podPending, true, nil
@@ -199,35 +184,62 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, sel *sele
 // pod, whose resourceVersion is no earlier than the deletion's.
 func (c *Controller) sendRestart(ctx context.Context, namespace string, pod podRef) ([]byte, error) {
 	path := apiclient.CorePath(namespace, "pods", pod.name)
+	opts := c.deleteOptions(pod)
 	if c.cfg.Strategy == StrategyEvict {
-		body := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":` + strconv.Quote(pod.name) +
-			`,"namespace":` + strconv.Quote(namespace) + `},"deleteOptions":` + c.deleteOptions(pod) + `}`
-		return c.api.Create(ctx, path+"/eviction", []byte(body))
+		body, err := json.Marshal(eviction{APIVersion: "policy/v1", Kind: "Eviction", Metadata: objectMeta{Name: pod.name, Namespace: namespace}, DeleteOptions: opts})
+		if err != nil {
+			return nil, fmt.Errorf("build eviction: %w", err)
+		}
+		return c.api.Create(ctx, path+"/eviction", body)
 	}
-	return c.api.Delete(ctx, path, []byte(c.deleteOptions(pod)))
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return nil, fmt.Errorf("build delete options: %w", err)
+	}
+	return c.api.Delete(ctx, path, body)
 }
 
 // deleteOptions guards a restart with the pod's uid (StatefulSet pods keep
 // their names) and resourceVersion as last seen: a pod changed since is
 // refused, not deleted.
-func (c *Controller) deleteOptions(pod podRef) string {
-	pre := `"uid":` + strconv.Quote(pod.uid)
-	if pod.rv != "" {
-		pre += `,"resourceVersion":` + strconv.Quote(pod.rv)
-	}
-	dry := ""
+func (c *Controller) deleteOptions(pod podRef) deleteOptions {
+	opts := deleteOptions{Kind: "DeleteOptions", APIVersion: "v1", Preconditions: preconditions{UID: pod.uid, ResourceVersion: pod.rv}}
 	if c.cfg.DryRun {
-		dry = `,"dryRun":["All"]`
+		opts.DryRun = []string{"All"}
 	}
-	return `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{` + pre + `}` + dry + `}`
+	return opts
 }
 
-// stuck reports a pod a disruption budget kept from being evicted.
-func (c *Controller) stuck(namespace string, pod podRef, log *slog.Logger, err error) {
-	c.metrics.PodEvictions.Inc("stuck")
-	log.Error("pod still not evictable; leaving it", "outcome", "stuck", "evict_timeout", c.cfg.EvictTimeout, "err", err)
-	if c.cfg.Events != nil {
-		c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: pod.name, UID: pod.uid}, events.Warning, "EvictionStuck",
-			fmt.Sprintf("Not evictable within %s (a disruption budget refused it); left running with the previous configuration.", c.cfg.EvictTimeout))
+// deleteOptions, eviction: the request bodies of a restart (meta/v1
+// DeleteOptions, policy/v1 Eviction), as much of them as we send.
+type (
+	deleteOptions struct {
+		Kind          string        `json:"kind"`
+		APIVersion    string        `json:"apiVersion"`
+		Preconditions preconditions `json:"preconditions"`
+		DryRun        []string      `json:"dryRun,omitempty"`
+	}
+	preconditions struct {
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	}
+	eviction struct {
+		APIVersion    string        `json:"apiVersion"`
+		Kind          string        `json:"kind"`
+		Metadata      objectMeta    `json:"metadata"`
+		DeleteOptions deleteOptions `json:"deleteOptions"`
+	}
+	objectMeta struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	}
+)
+
+// countRestart counts an outcome of a restart in the strategy's metric.
+func (c *Controller) countRestart(result string) {
+	if c.cfg.Strategy == StrategyEvict {
+		c.metrics.PodEvictions.Inc(result)
+	} else {
+		c.metrics.PodDeletions.Inc(result)
 	}
 }

@@ -49,8 +49,9 @@ func TestMaxConcurrentRestartsPaces(t *testing.T) {
 }
 
 // TestEvictStrategy ensures RESTART_STRATEGY=evict posts Evictions (never
-// DELETE), retries one a disruption budget refuses with 429, and reports a
-// pod still refused after EVICT_TIMEOUT as stuck and leaves it.
+// DELETE) and tries one a disruption budget refuses with 429 again in the
+// next wave, halting the round (not recording it) while the budget refuses
+// for longer than PROGRESS_DEADLINE.
 func TestEvictStrategy(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -58,8 +59,7 @@ func TestEvictStrategy(t *testing.T) {
 		wantResult map[string]uint64
 	}{
 		{"EvictsEachPod", 0, map[string]uint64{"evicted": 3}},
-		{"RetriesWhileBudgetRefuses", 3, map[string]uint64{"evicted": 3}},
-		{"StuckAfterTimeout", 1 << 30, map[string]uint64{"evicted": 2, "stuck": 1}},
+		{"RetriesWhileBudgetRefuses", 3, map[string]uint64{"evicted": 3, "blocked": 3}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
@@ -70,7 +70,7 @@ func TestEvictStrategy(t *testing.T) {
 				}
 				return 0, "", false
 			}
-			c, m := newTestController(t, api.client(), Config{RecordHash: true, Strategy: StrategyEvict, EvictTimeout: 50 * time.Millisecond})
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, Strategy: StrategyEvict, ProgressDeadline: 50 * time.Millisecond})
 			start(t, c)
 			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
@@ -81,6 +81,44 @@ func TestEvictStrategy(t *testing.T) {
 			assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes(), "the round completes")
 		})
 	}
+}
+
+// TestEvictionRefusedPastTheDeadlineHalts ensures a pod a disruption budget
+// keeps from being evicted halts the round after PROGRESS_DEADLINE: a
+// Warning Event that names the pod, the gauge at 1, the intent kept and
+// nothing recorded; once the budget allows it, the round goes on by itself
+// and completes.
+func TestEvictionRefusedPastTheDeadlineHalts(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPost && strings.Contains(r.path, "/webapp-2/") && refuse.Load() {
+			return 429, `{"kind":"Status","code":429,"reason":"TooManyRequests","message":"Cannot evict pod as it would violate the pod's disruption budget."}`, true
+		}
+		return 0, "", false
+	}
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Strategy: StrategyEvict, ProgressDeadline: 50 * time.Millisecond, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return slices.Contains(rec.reasons(), "ConfigMap/RolloutHalted") }, waitFor, time.Millisecond)
+	assert.Equal(t, 1.0, m.RoundsHalted.Value())
+	assert.Equal(t, uint64(2), m.PodEvictions.Value("evicted"))
+	assert.Empty(t, api.recordedHashes(), "a halted round records nothing")
+	assert.Len(t, api.intents(), 1, "the intent stays")
+	for _, e := range rec.all() {
+		if e.reason == "RolloutHalted" {
+			assert.Equal(t, events.Warning, e.typ)
+			assert.Contains(t, e.message, "Halted after 2 of 3 pods: the eviction of pod webapp-2 refused by a disruption budget for 50ms")
+		}
+	}
+
+	refuse.Store(false)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
+	assert.Contains(t, rec.reasons(), "ConfigMap/RolloutResumed")
+	assert.Equal(t, 0.0, m.RoundsHalted.Value())
 }
 
 // TestDryRun ensures DRY_RUN sends every restart with dryRun=All (so the

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"slices"
-	"strconv"
-	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -26,6 +24,7 @@ const (
 	resultRefused   = "refused"
 	resultError     = "error"
 	resultGone      = "gone"
+	resultWaiting   = "waiting" // a round gave its worker back until pods become Ready
 )
 
 // round is the restart of the pods one ConfigMap selects, for one digest.
@@ -44,9 +43,33 @@ type round struct {
 	rewrite bool
 	resumed bool       // it resumed an intent: earlier rounds restarted some of its pods
 	sent    bool       // a restart was sent (owned by the worker)
-	pods    []podRef   // pods[i].rv is refreshed by its restart only
+	pods    []podRef   // pods[i].rv is refreshed by its wave and its restart
 	state   []podState // state[i] is pods[i]'s, owned by its restart
 	indexed *indexed   // set when the round began from the pod index
+
+	// A round in waves (waves.go), one that did not begin from the index,
+	// takes its pods from its first wave's list; these are set then.
+	listed   bool
+	only     *intent   // a resumed round's intent: the pods it names
+	total    int       // N: the selected, controller-owned, non-terminating pods
+	budget   int       // MaxUnavailable of N
+	owned    []bool    // owned[i]: a controller owns pods[i]
+	ready    []bool    // ready[i]: pods[i] was Ready and owned in the latest wave's list
+	progress time.Time // its latest restart, or its first wave
+	halted   bool      // no restart possible for ProgressDeadline
+	// blocked names a pod whose eviction a disruption budget refused.
+	blocked atomic.Pointer[string]
+}
+
+// count returns how many of the round's pods are in state st.
+func (r *round) count(st podState) int {
+	n := 0
+	for _, s := range r.state {
+		if s == st {
+			n++
+		}
+	}
+	return n
 }
 
 // podRef is a pod as last seen in a view that selected it: its uid and
@@ -65,7 +88,6 @@ const (
 	podGone               // not found
 	podRefused            // replaced by another pod of its name, or (index) changed since seen
 	podLeft               // changed since selected, and no longer selected
-	podStuck              // a disruption budget kept refusing its eviction
 )
 
 var (
@@ -105,33 +127,38 @@ func (c *Controller) current(ctx context.Context, key string, cm configMap, r *r
 func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
 
 // reconcile takes one ConfigMap one step along the state model (doc.go).
-// An error means "retry later"; what retrying cannot fix returns nil.
-func (c *Controller) reconcile(ctx context.Context, key string) (string, error) {
+// An error means "retry later"; what retrying cannot fix returns nil. after,
+// if not 0, is when to look again: a round waiting in waves, or a finished
+// round's last look.
+func (c *Controller) reconcile(ctx context.Context, key string) (result string, after time.Duration, err error) {
 	c.mu.Lock()
 	e := c.entries[key]
 	if e == nil || !e.exists {
 		c.mu.Unlock()
-		return resultGone, nil
+		return resultGone, 0, nil
 	}
-	step, cm, r, left := e.decide(c.recordsOnServer()), e.cm, e.round, e.i
+	step, cm, r, left, last := e.decide(c.recordsOnServer()), e.cm, e.round, e.i, e.last
 	c.mu.Unlock()
 	log := c.log.With("namespace", cm.namespace, "configmap", cm.name)
 
 	switch step {
 	case stepNothing:
-		return resultUnchanged, nil
+		if last != nil && last.hash == cm.hash {
+			after, err = c.takeLastLook(ctx, key, cm, last, log)
+		}
+		return resultUnchanged, after, err
 	case stepRecord, stepAdopt:
 		err := c.record(ctx, key, cm, nil)
 		switch {
 		case errors.Is(err, errSuperseded):
-			return resultUnchanged, nil
+			return resultUnchanged, 0, nil
 		case err != nil:
-			return resultError, err
+			return resultError, 0, err
 		case step == stepAdopt:
 			log.Info("adopted configmap", "hash", cm.hash)
-			return resultAdopted, nil
+			return resultAdopted, 0, nil
 		}
-		return resultUnchanged, nil
+		return resultUnchanged, 0, nil
 	}
 
 	// stepContinue, stepResume or stepRound.
@@ -142,7 +169,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 		c.metrics.InvalidSelectors.Inc()
 		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
 		c.event(cm, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(cm.selector, 256), err))
-		return resultRefused, nil
+		return resultRefused, 0, nil
 	}
 	log = log.With("selector", sel.String())
 	if r == nil {
@@ -151,56 +178,53 @@ func (c *Controller) reconcile(ctx context.Context, key string) (string, error) 
 			resume = &left
 		}
 		if r, err = c.beginRound(ctx, key, cm, sel, resume, log); errors.Is(err, errSuperseded) {
-			return resultUnchanged, nil
+			return resultUnchanged, 0, nil
 		}
 	}
 	if err == nil {
 		err = c.runRound(ctx, key, cm, r, log)
+	}
+	if errors.Is(err, errWaiting) {
+		if r.halted {
+			return resultWaiting, haltedPolls * c.wavePoll, nil
+		}
+		return resultWaiting, c.wavePoll, nil
 	}
 	if err == nil {
 		err = c.record(ctx, key, cm, r)
 	}
 	if errors.Is(err, errSuperseded) {
 		log.Info("round superseded by a newer change", "hash", cm.hash)
-		return resultUnchanged, nil
+		return resultUnchanged, 0, nil
 	}
 	if err != nil {
 		c.roundFailed(cm, err)
-		return resultError, err
+		return resultError, 0, err
 	}
-	restarted := 0
-	for _, st := range r.state {
-		if st == podRestarted {
-			restarted++
-		}
-	}
+	restarted := r.count(podRestarted)
 	log.Info("pods restarted", "hash", cm.hash, "pods", restarted)
 	if c.cfg.DryRun {
 		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed)", restarted, sel, cm.hash.short()))
 	} else {
 		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s", restarted, sel, cm.hash.short()))
+		return resultRestarted, c.cfg.ProgressDeadline, nil // the last look (lastLook)
 	}
-	return resultRestarted, nil
+	return resultRestarted, 0, nil
 }
 
-// runRound writes the round's intent, restarts its pods and sweeps; a wiped
-// intent is written again and the round goes on.
+// runRound takes the round one wave further, or, begun from the index,
+// restarts its pods at once and sweeps; a wiped intent is written again and
+// the round goes on.
 func (c *Controller) runRound(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
 	for rewrites := 0; ; rewrites++ {
 		if rewrites > maxRewrites {
 			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
 		}
 		var err error
-		if c.needsIntent(r) {
-			// I before the first restart: a round cut short leaves it
-			// behind.
-			err = c.writeIntent(ctx, key, cm, r, r.pods, log)
-		}
-		if err == nil {
-			err = c.restartAll(ctx, key, cm, r, log)
-		}
-		if err == nil && r.indexed != nil && !r.indexed.swept {
-			err = c.finishSweep(ctx, key, cm, r, log)
+		if r.indexed == nil {
+			err = c.wave(ctx, key, cm, r, log)
+		} else {
+			err = c.restartIndexed(ctx, key, cm, r, log)
 		}
 		if !errors.Is(err, errIntentLost) {
 			return err
@@ -226,31 +250,23 @@ func (r *round) wrote(text string) bool {
 	return text == r.intent || (r.writing != "" && text == r.writing)
 }
 
-// beginRound takes the round's pods: for a resumed round those its intent
-// names; for a new one those the pod index selects, if it can answer now
-// (sweep.go), else those a LIST returns. The round is kept from here on, so
-// that a retry does not take pods created since: they run the new data.
+// beginRound begins a round. With MAX_UNAVAILABLE=100%, a new round takes
+// the pods the pod index selects, if it can answer now (sweep.go); any other
+// takes them from its first wave's list (waves.go): for a resumed round,
+// those its intent names (the others were created after it began, with this
+// data). The round is kept from here on, so that a retry does not take pods
+// created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
-	r := &round{hash: cm.hash, selector: cm.selector, sel: sel, resumed: resume != nil}
-	var pods []podRef
-	if resume == nil {
-		pods, r.indexed = c.fromIndex(cm.namespace, sel)
-	}
-	if r.indexed == nil {
-		var err error
-		if pods, err = c.listPods(ctx, cm.namespace, sel); err != nil {
-			return nil, fmt.Errorf("list pods: %w", err)
-		}
-	}
+	r := &round{hash: cm.hash, selector: cm.selector, sel: sel, resumed: resume != nil, only: resume}
 	if resume != nil {
-		// The others were created after the round began, with this data.
-		pods = slices.DeleteFunc(pods, func(p podRef) bool { return !resume.has(p.uid) })
 		r.intent = resume.text
-		log.Info("resuming an interrupted round", "hash", cm.hash, "pods", len(pods))
-	} else {
-		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(pods), "from_index", r.indexed != nil)
+	} else if c.cfg.MaxUnavailable.Percent == 100 {
+		r.pods, r.indexed = c.fromIndex(cm.namespace, sel)
 	}
-	r.pods, r.state = pods, make([]podState, len(pods))
+	if r.indexed != nil {
+		r.state = make([]podState, len(r.pods))
+		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(r.pods), "from_index", true)
+	}
 
 	if err := c.current(ctx, key, cm, nil); err != nil {
 		return nil, err
@@ -261,7 +277,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	if e == nil || (resume != nil && e.i.text != r.intent) {
 		return nil, errSuperseded
 	}
-	e.round = r
+	e.round, e.last = r, nil
 	return r, nil
 }
 
@@ -273,12 +289,15 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(cm.hash, pods)
 	err := c.writeIntentText(ctx, key, cm, r, in)
-	if errors.Is(err, errIntentTooLong) {
+	if errors.Is(err, errIntentTooLong) && !in.all {
 		coarse := parseIntent(cm.hash.String() + "/*")
 		log.Warn("intent naming the round's pods is over the annotation size limit; writing the form that names none", "pods", len(pods))
 		c.event(cm, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote %s/* instead: if this round is cut short, the next one restarts every selected pod.", len(pods), cm.hash.short()))
 		in = coarse
 		err = c.writeIntentText(ctx, key, cm, r, in)
+	}
+	if errors.Is(err, errIntentTooLong) {
+		err = c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
@@ -292,9 +311,12 @@ func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, 
 	return nil
 }
 
-// errIntentTooLong: the server refused an intent naming pods for the size
-// of the annotations.
+// errIntentTooLong: the server refused an intent for the size of the
+// annotations.
 var errIntentTooLong = errors.New("the intent is over the annotations' size limit")
+
+// roomInAnnotations is what a refusal for their size asks for.
+const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 
 func (c *Controller) writeIntentText(ctx context.Context, key string, cm configMap, r *round, in intent) error {
 	c.mu.Lock()
@@ -348,6 +370,9 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 		e.r, e.i, e.adopted = cm.hash, intent{}, false
 		if r != nil && e.round == r {
 			e.round = nil
+			if !c.cfg.DryRun {
+				e.last = newLastLook(r, c.cfg.ProgressDeadline)
+			}
 		}
 	})
 }
@@ -373,10 +398,10 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 			// Deleted or replaced meanwhile: the new object gets its own round.
 			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
 		case answerTooLong:
-			if annotation == RestartingAnnotation && !strings.HasSuffix(value, "/*") {
-				return fmt.Errorf("%w: %w", errIntentTooLong, err)
+			if annotation == RestartingAnnotation {
+				return fmt.Errorf("%w: %w", errIntentTooLong, err) // writeIntent decides
 			}
-			return c.refused(cm, "patch", "configmaps", "room in the annotations: the others fill the 256 KiB", err)
+			return c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
 		case answerRefused:
 			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
 		default:
@@ -405,86 +430,6 @@ func (c *Controller) patchAnnotations(ctx context.Context, cm configMap, annotat
 		return 0, err
 	}
 	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), nil
-}
-
-// listPods returns the selected pods, except terminating ones and the
-// controller's own.
-func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
-	var pods []podRef
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
-		switch {
-		case p.terminating:
-		case p.name == c.cfg.OwnPod:
-			c.log.Info("not deleting own pod", "namespace", namespace, "pod", p.name)
-		default:
-			pods = append(pods, p.podRef)
-		}
-	})
-	return pods, err
-}
-
-// listedPod is a pod as a metadata-only LIST shows it.
-type listedPod struct {
-	podRef
-	labels      map[string]string
-	terminating bool
-}
-
-// eachPod lists pods with query q, page by page, and calls visit for each.
-func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(listedPod)) error {
-	q.Set("limit", "500")
-	path := apiclient.CorePath(namespace, "pods", "")
-	for {
-		body, err := c.api.Get(ctx, path, q, apiclient.MetadataListAccept) // names, uids and deletion timestamps, not specs
-		if err != nil {
-			if apiclient.IsForbidden(err) {
-				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
-			}
-			return err
-		}
-		if !gjson.ValidBytes(body) {
-			return fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
-		}
-		page := gjson.ParseBytes(body)
-		items := page.Get("items") // null when empty, in a metadata-only list
-		if !items.IsArray() {
-			items = gjson.Result{}
-		}
-		items.ForEach(func(_, item gjson.Result) bool {
-			meta := item.Get("metadata")
-			p := listedPod{podRef: podRef{name: meta.Get("name").String(), uid: meta.Get("uid").String(), rv: meta.Get("resourceVersion").String()},
-				terminating: meta.Get("deletionTimestamp").Exists()}
-			p.version, _ = strconv.ParseUint(p.rv, 10, 64)
-			if p.name == "" || p.uid == "" {
-				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
-				return true
-			}
-			p.labels = map[string]string{}
-			meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
-				p.labels[k.String()] = v.String()
-				return true
-			})
-			visit(p)
-			return true
-		})
-		cont := page.Get("metadata.continue").String()
-		if cont == "" {
-			return nil
-		}
-		q.Set("continue", cont)
-	}
-}
-
-// reread returns the pod of pod's name as it is now, through a LIST with a
-// metadata.name field selector (the verb the sweep needs; no get); found
-// is false if there is none.
-func (c *Controller) reread(ctx context.Context, namespace, name string) (p listedPod, found bool, err error) {
-	err = c.eachPod(ctx, namespace, url.Values{"fieldSelector": {"metadata.name=" + name}}, func(l listedPod) {
-		if l.name == name {
-			p, found = l, true
-		}
-	})
-	return p, found, err
 }
 
 func (c *Controller) event(cm configMap, typ, reason, message string) {

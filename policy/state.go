@@ -17,10 +17,11 @@ type entry struct {
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string
-	round    *round // in progress here, for cm.hash
-	exists   bool   // false: a tombstone
-	adopted  bool   // r was taken from the first sighting, not from a record
-	seen     uint64 // sequence number of the last event about the entry
+	round    *round    // in progress here, for cm.hash
+	last     *lastLook // the last round's last look, due later (waves.go)
+	exists   bool      // false: a tombstone
+	adopted  bool      // r was taken from the first sighting, not from a record
+	seen     uint64    // sequence number of the last event about the entry
 }
 
 // step is what a reconcile does next: a row of the table in doc.go.

@@ -103,6 +103,30 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 	return pods, &indexed{index: idx, lists: lists, answered: math.MaxUint64}
 }
 
+// restartIndexed restarts the pods a round took from the index at once,
+// then sweeps.
+func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+	if c.needsIntent(r) {
+		// I before the first restart: a round cut short leaves it behind.
+		if err := c.writeIntent(ctx, key, cm, r, r.pods, log); err != nil {
+			return err
+		}
+	}
+	var pending []int
+	for i, st := range r.state {
+		if st == podPending {
+			pending = append(pending, i)
+		}
+	}
+	if err := c.restartAll(ctx, key, cm, r, pending, log); err != nil {
+		return err
+	}
+	if r.indexed.swept {
+		return nil
+	}
+	return c.finishSweep(ctx, key, cm, r, log)
+}
+
 // finishSweep lists the selected pods and restarts those the round must
 // restart too, naming them in the intent first.
 func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
@@ -137,9 +161,14 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 		if err := c.writeIntent(ctx, key, cm, r, all, log); err != nil {
 			return err
 		}
+		first := len(r.pods)
 		r.pods = all
 		r.state = append(r.state, make([]podState, len(missed))...)
-		if err := c.restartAll(ctx, key, cm, r, log); err != nil {
+		var added []int
+		for i := first; i < len(all); i++ {
+			added = append(added, i)
+		}
+		if err := c.restartAll(ctx, key, cm, r, added, log); err != nil {
 			return err
 		}
 	}

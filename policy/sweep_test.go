@@ -45,6 +45,7 @@ func indexOf(t *testing.T, pods ...*fakePod) *podindex.Index {
 // withIndex sets cfg.Pods to x for every namespace.
 func withIndex(cfg Config, x *podindex.Index) Config {
 	cfg.Pods = func(string) PodIndex { return x }
+	cfg.MaxUnavailable = Budget{Percent: 100} // only all at once begins from the index
 	return cfg
 }
 

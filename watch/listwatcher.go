@@ -200,18 +200,24 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// wait sleeps for the next backoff interval, or longer if the server asked
-// for it with Retry-After.
+// wait sleeps for RetryDelay.
 func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
+	select {
+	case <-ctx.Done():
+	case <-lw.cfg.After(RetryDelay(bo, err)):
+	}
+}
+
+// RetryDelay is how long to wait before retrying after err: bo's next
+// interval, or longer if the server asked for it with Retry-After (up to
+// five minutes). It is the one retry delay of the controller, for watches
+// and rounds alike.
+func RetryDelay(bo backoff.BackOff, err error) time.Duration {
 	d := bo.NextBackOff()
 	if d == backoff.Stop {
 		d = maxBackOff // a policy that gives up is a mistake: a controller never does
 	}
-	d = max(d, min(apiclient.RetryAfter(err), maxRetryAfter))
-	select {
-	case <-ctx.Done():
-	case <-lw.cfg.After(d):
-	}
+	return max(d, min(apiclient.RetryAfter(err), maxRetryAfter))
 }
 
 // accept returns metadata if the config asks for metadata only, else the

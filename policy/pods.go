@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/selector"
+)
+
+// listedPod is a pod as a LIST shows it: what a round decides on, nothing
+// of its spec.
+type listedPod struct {
+	podRef
+	labels      map[string]string
+	terminating bool
+	ready       bool   // its Ready condition is True
+	owned       bool   // a controller owns it: something replaces it
+	why         string // why it is not Ready, for the Events
+}
+
+// listWhole returns the selected pods but the controller's own, which is
+// neither restarted nor counted.
+func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selector.Selector) ([]listedPod, error) {
+	var pods []listedPod
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
+		if p.name == c.cfg.OwnPod {
+			c.log.Debug("not deleting own pod", "namespace", namespace, "pod", p.name)
+			return
+		}
+		pods = append(pods, p)
+	})
+	return pods, err
+}
+
+// listPods returns the selected pods, except terminating ones and the
+// controller's own.
+func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
+	var pods []podRef
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
+		if !p.terminating && p.name != c.cfg.OwnPod {
+			pods = append(pods, p.podRef)
+		}
+	})
+	return pods, err
+}
+
+// podPage is the page size of pod lists. Whole pods are a few KiB each:
+// a page stays within a few MiB.
+const podPage = "250"
+
+// eachPod lists pods with query q, page by page, and calls visit for each.
+// The pods are whole: readiness and owners are in the object, not in its
+// metadata alone.
+func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(listedPod)) error {
+	q.Set("limit", podPage)
+	path := apiclient.CorePath(namespace, "pods", "")
+	for {
+		body, err := c.api.Get(ctx, path, q, "application/json")
+		if err != nil {
+			if apiclient.IsForbidden(err) {
+				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+			}
+			return err
+		}
+		if !gjson.ValidBytes(body) {
+			return fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
+		}
+		page := gjson.ParseBytes(body)
+		page.Get("items").ForEach(func(_, item gjson.Result) bool {
+			meta := item.Get("metadata")
+			p := listedPod{podRef: podRef{name: meta.Get("name").String(), uid: meta.Get("uid").String(), rv: meta.Get("resourceVersion").String()},
+				terminating: meta.Get("deletionTimestamp").Exists(),
+				ready:       item.Get(`status.conditions.#(type=="Ready").status`).String() == "True",
+				owned:       meta.Get(`ownerReferences.#(controller==true)`).Exists(),
+			}
+			p.version, _ = strconv.ParseUint(p.rv, 10, 64)
+			if p.name == "" || p.uid == "" {
+				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
+				return true
+			}
+			if !p.ready {
+				p.why = notReady(item.Get("status"))
+			}
+			p.labels = map[string]string{}
+			meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
+				p.labels[k.String()] = v.String()
+				return true
+			})
+			visit(p)
+			return true
+		})
+		cont := page.Get("metadata.continue").String()
+		if cont == "" {
+			return nil
+		}
+		q.Set("continue", cont)
+	}
+}
+
+// notReady says why a pod is not Ready, from its status: a container's
+// waiting or terminated reason ("CrashLoopBackOff in container app"), else
+// why it is not scheduled, else its phase.
+func notReady(status gjson.Result) string {
+	for _, list := range []string{"initContainerStatuses", "containerStatuses"} {
+		why := ""
+		status.Get(list).ForEach(func(_, cs gjson.Result) bool {
+			if cs.Get("ready").Bool() {
+				return true
+			}
+			name := truncate(cs.Get("name").String(), 63)
+			for _, state := range []string{"state.waiting.reason", "state.terminated.reason", "lastState.terminated.reason"} {
+				if reason := cs.Get(state).String(); reason != "" {
+					why = truncate(reason, 128) + " in container " + name
+					return false
+				}
+			}
+			why = "container " + name + " not ready"
+			return false
+		})
+		if why != "" {
+			return why
+		}
+	}
+	if scheduled := status.Get(`conditions.#(type=="PodScheduled")`); scheduled.Get("status").String() == "False" {
+		return "not scheduled: " + truncate(scheduled.Get("reason").String(), 128)
+	}
+	if phase := status.Get("phase").String(); phase != "" {
+		return "phase " + truncate(phase, 32)
+	}
+	return "no Ready condition"
+}
+
+// reread returns the pod of pod's name as it is now, through a LIST with a
+// metadata.name field selector (the verb the sweep needs; no get); found
+// is false if there is none.
+func (c *Controller) reread(ctx context.Context, namespace, name string) (p listedPod, found bool, err error) {
+	err = c.eachPod(ctx, namespace, url.Values{"fieldSelector": {"metadata.name=" + name}}, func(l listedPod) {
+		if l.name == name {
+			p, found = l, true
+		}
+	})
+	return p, found, err
+}
