@@ -21,3 +21,39 @@ done
 
 # step WHAT prints a progress line with the time of day (and BENCH_STEP_PREFIX, if set).
 step() { printf '\n==> [%s] %s%s\n' "$(date -u +%H:%M:%S)" "${BENCH_STEP_PREFIX:-}" "$*"; }
+
+# The scripts run.sh also calls (memory.sh, waves.sh) run on run.sh's control plane with its
+# binaries (BENCH_WORK), or alone on their own. For the latter:
+#
+# sub_work NAME sets work to BENCH_WORK, or to a new dir of this script's own (own_work=1).
+sub_work() {
+	own_work="" own_cluster=""
+	work="${BENCH_WORK:-}"
+	if [[ -z $work ]]; then
+		work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-$1.XXXXXX")
+		own_work=1
+	fi
+}
+
+# sub_cluster NAME starts a fresh control plane (own_cluster=1) unless run.sh's is in the
+# environment (CW_PROXY_URL), and sets its environment.
+sub_cluster() {
+	[[ -z ${CW_PROXY_URL:-} ]] || return 0
+	export CW_STATE_DIR
+	CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-$1-cluster.XXXXXX")
+	own_cluster=1
+	step "starting a fresh control plane (state dir $CW_STATE_DIR)"
+	"$repo/hack/cluster.sh" up
+	eval "$("$repo/hack/cluster.sh" env)"
+}
+
+# sub_finish RC NAME, for the EXIT trap once the script's processes are stopped: stops its
+# own control plane; removes its own work dir, unless RC says it failed (then says where).
+sub_finish() {
+	[[ -z $own_cluster ]] || "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+	if (($1 != 0)); then
+		cw_log "$2 bench failed (exit $1); logs kept in $work"
+	elif [[ -n $own_work ]]; then
+		rm -rf "$work"
+	fi
+}

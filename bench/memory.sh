@@ -31,13 +31,7 @@ SIZE="${BENCH_BIG_SIZE:-900000}"
 BEFORE="${BENCH_MEM_BEFORE-main}"
 PODS="${BENCH_PODS:-5000}"
 
-own_work=""
-own_cluster=""
-work="${BENCH_WORK:-}"
-if [[ -z $work ]]; then
-	work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-memory.XXXXXX")
-	own_work=1
-fi
+sub_work memory
 pids=()   # controllers: session leaders (benchtool spawn)
 fp_pid="" # the fault proxy
 # shellcheck disable=SC2317 # called by the EXIT trap
@@ -45,12 +39,7 @@ cleanup() {
 	local rc=$? p
 	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
 	[[ -z $fp_pid ]] || kill -TERM "$fp_pid" 2>/dev/null || true
-	[[ -z $own_cluster ]] || "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
-	if ((rc != 0)); then
-		cw_log "memory bench failed (exit $rc); logs kept in $work"
-	elif [[ -n $own_work ]]; then
-		rm -rf "$work"
-	fi
+	sub_finish "$rc" memory
 }
 trap cleanup EXIT
 
@@ -69,14 +58,7 @@ if [[ -n $BEFORE ]]; then
 fi
 CONTROLLERS+=(informer)
 
-if [[ -z ${CW_PROXY_URL:-} ]]; then
-	export CW_STATE_DIR
-	CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-memory-cluster.XXXXXX")
-	own_cluster=1
-	step "starting a fresh control plane (state dir $CW_STATE_DIR)"
-	"$repo/hack/cluster.sh" up
-	eval "$("$repo/hack/cluster.sh" env)"
-fi
+sub_cluster memory
 bt() { "$work/benchtool" "$@"; }
 
 rm -f "$work/faultproxy.addr"

@@ -21,8 +21,10 @@
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
 #   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
 #            (900 KB each), config-watcher (and built from main) against the informer
+#   waves    bench/waves.sh: 100 Deployment pods made Ready 1 s after they appear, rolled
+#            with MAX_UNAVAILABLE=25% and 100%: rollout time, lowest Ready count, first restart
 #
-# About 15 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 20 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
 # Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
@@ -195,6 +197,9 @@ done
 
 step "memory against ConfigMap volume: peak and steady RSS, 0 to 180 MB of ConfigMaps (bench/memory.sh)"
 BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/memory.sh"
+
+step "restarts in waves: MAX_UNAVAILABLE=25% against 100% (bench/waves.sh)"
+BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/waves.sh"
 
 # metrics.csv got its header from the first benchtool row; the sizes go last.
 cat "$RESULTS/metrics.csv.tmp" >>"$RESULTS/metrics.csv"

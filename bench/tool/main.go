@@ -18,6 +18,9 @@
 //	benchtool listprobe -api URL -ns NS                      time pod LISTs right after a ConfigMap write
 //	benchtool floor                                          the latency floor: DELETE on each event, nothing else
 //	benchtool meter     -upstream URL -addr-file F            count a controller's API requests and bytes read (GET /_meter)
+//	benchtool standin   -api URL -ns NS -delay D              the kubelet's readiness: selected pods Ready D after they appear
+//	benchtool rollout   -api URL -ns NS -audit F -setting S   one data change: time until every selected pod is new and Ready
+//	benchtool waves-summary -dir D                           the waves table (rollout.csv, latency.csv)
 package main
 
 import (
@@ -27,13 +30,14 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
 		"ns": cmdNamespace, "create": cmdCreate, "pods": cmdPods, "latency": cmdLatency,
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
 		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor, "meter": cmdMeter,
+		"standin": cmdStandin, "rollout": cmdRollout, "waves-summary": cmdWavesSummary,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {

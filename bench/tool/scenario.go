@@ -61,6 +61,24 @@ func waitGone(a api, path string, timeout time.Duration) error {
 	return fmt.Errorf("%s still there after %s", path, timeout)
 }
 
+// controllerDeletes returns the pod DELETEs someone else than the bench sent
+// (the controller), in the order the server received them.
+func controllerDeletes(pods []audit.Event) []audit.Event {
+	var theirs []audit.Event
+	for _, e := range pods {
+		if e.Verb == "delete" && e.UserAgent != userAgent {
+			theirs = append(theirs, e)
+		}
+	}
+	slices.SortFunc(theirs, func(x, y audit.Event) int { return x.Received.Compare(y.Received) })
+	return theirs
+}
+
+// firstAfter is the index of the first event of sorted received at or after t, or -1.
+func firstAfter(sorted []audit.Event, t time.Time) int {
+	return slices.IndexFunc(sorted, func(d audit.Event) bool { return !d.Received.Before(t) })
+}
+
 // cmdLatency measures reaction latency. With -setup it only creates the
 // annotated ConfigMap (before the controller starts, so config-watcher adopts
 // it). Otherwise, N times: create a pod the ConfigMap selects, wait, change the
@@ -117,19 +135,13 @@ func cmdLatency(args []string) error {
 			ours = append(ours, e)
 		}
 	}
-	var theirs []audit.Event
-	for _, e := range deletes {
-		if e.Verb == "delete" && e.UserAgent != userAgent {
-			theirs = append(theirs, e)
-		}
-	}
-	slices.SortFunc(theirs, func(x, y audit.Event) int { return x.Received.Compare(y.Received) })
+	theirs := controllerDeletes(deletes)
 	if len(ours) != *n {
 		return fmt.Errorf("found %d of our %d PATCHes in the audit log", len(ours), *n)
 	}
 	var lat []float64
 	for i, p := range ours {
-		j := slices.IndexFunc(theirs, func(d audit.Event) bool { return !d.Received.Before(p.Done) })
+		j := firstAfter(theirs, p.Done)
 		if j < 0 {
 			return fmt.Errorf("change %d: no pod DELETE after the PATCH in the audit log", i)
 		}
