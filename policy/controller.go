@@ -404,12 +404,12 @@ func (c *Controller) work(ctx context.Context) {
 			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
 			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
-			c.queue.AddAfter(key, delay)
+			c.queue.AddAfter(key, delay, true)
 		} else {
 			delete(c.retries, key)
 			c.mu.Unlock()
 			if after > 0 {
-				c.queue.AddAfter(key, after) // replaces a retry due from an earlier failure
+				c.queue.AddAfter(key, after, false) // replaces a retry due from an earlier failure
 			} else {
 				c.queue.Forget(key) // a retry due from an earlier failure would only look again
 			}

@@ -12,20 +12,21 @@ import (
 // paused (a standby, or stopped), it drops what it holds and what is added,
 // and the next leader queues every ConfigMap that needs action (Lead); so a
 // standby's queue stays empty however many ConfigMaps come and go, and a
-// leader's holds at most one key per known ConfigMap, retry timers included.
+// leader's holds at most one key per known ConfigMap, timers included.
 type queue struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
 	items      []string
 	dirty      map[string]bool // waiting, or added while processing
 	processing map[string]bool
-	timers     map[string]*time.Timer // one pending retry per key
+	timers     map[string]*time.Timer // one pending retry or look per key
+	retrying   map[string]bool        // the keys whose timer is a retry (the depth counts them)
 	paused     bool
 	onDepth    func(int)
 }
 
 func newQueue(onDepth func(int)) *queue {
-	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, timers: map[string]*time.Timer{}, paused: true, onDepth: onDepth}
+	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, timers: map[string]*time.Timer{}, retrying: map[string]bool{}, paused: true, onDepth: onDepth}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -43,9 +44,10 @@ func (q *queue) Add(key string) {
 	}
 }
 
-// AddAfter queues key after d, for retries; a later retry of the same key
-// replaces an earlier one.
-func (q *queue) AddAfter(key string, d time.Duration) {
+// AddAfter queues key after d; retry tells a retry of a failure (counted
+// in the depth) from a look due later (a round waiting in waves, a last
+// look). A later call for the same key replaces an earlier one.
+func (q *queue) AddAfter(key string, d time.Duration, retry bool) {
 	if d <= 0 {
 		q.Add(key)
 		return
@@ -60,17 +62,20 @@ func (q *queue) AddAfter(key string, d time.Duration) {
 	t = time.AfterFunc(d, func() {
 		q.mu.Lock()
 		if q.timers[key] == t {
-			delete(q.timers, key)
+			q.dropTimer(key)
 			q.report()
 		}
 		q.mu.Unlock()
 		q.Add(key)
 	})
 	q.timers[key] = t
+	if retry {
+		q.retrying[key] = true
+	}
 	q.report()
 }
 
-// Forget drops key's pending retry: it succeeded.
+// Forget drops key's pending retry or look: it succeeded, and needs none.
 func (q *queue) Forget(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -78,12 +83,18 @@ func (q *queue) Forget(key string) {
 	q.report()
 }
 
-// stopTimer stops key's pending retry. q.mu must be held.
+// stopTimer stops key's pending retry or look. q.mu must be held.
 func (q *queue) stopTimer(key string) {
 	if t, ok := q.timers[key]; ok {
 		t.Stop()
-		delete(q.timers, key)
+		q.dropTimer(key)
 	}
+}
+
+// dropTimer forgets key's timer. q.mu must be held.
+func (q *queue) dropTimer(key string) {
+	delete(q.timers, key)
+	delete(q.retrying, key)
 }
 
 // Get blocks until a key is available; false when paused.
@@ -121,9 +132,9 @@ func (q *queue) push(key string) {
 	q.cond.Signal()
 }
 
-// report tells the depth: keys waiting and retries pending. q.mu must be
-// held.
-func (q *queue) report() { q.onDepth(len(q.items) + len(q.timers)) }
+// report tells the depth: keys waiting and retries pending (not looks due
+// later: a round waiting for Ready pods is not behind). q.mu must be held.
+func (q *queue) report() { q.onDepth(len(q.items) + len(q.retrying)) }
 
 // setPaused pauses (every Get returns at once, and what waits is dropped)
 // or resumes.

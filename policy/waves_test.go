@@ -383,3 +383,18 @@ func TestParseBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestLooksDueLaterAreNotQueueDepth ensures the work queue's depth counts
+// keys waiting for a worker and retries, not a finished round's last look
+// due PROGRESS_DEADLINE later: an idle controller shows 0.
+func TestLooksDueLaterAreNotQueueDepth(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RR")...)
+	api.replaceDeleted(func() bool { return true })
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, 1, c.queue.Len(), "the last look is due in 10 min")
+	assert.Zero(t, m.QueueDepth.Value())
+}
