@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -397,4 +401,39 @@ func TestLooksDueLaterAreNotQueueDepth(t *testing.T) {
 	settle(t, c)
 	assert.Equal(t, 1, c.queue.Len(), "the last look is due in 10 min")
 	assert.Zero(t, m.QueueDepth.Value())
+}
+
+// TestWholePodsFromARecordedList ensures a wave reads what it decides on
+// from a pod list as kube-apiserver answers it (testdata/recorded: the
+// webapp's two pods, Pending on a control plane without a node): names,
+// uids, resourceVersions, labels, the ReplicaSet as controller, and not
+// Ready with the reason the Event would give.
+func TestWholePodsFromARecordedList(t *testing.T) {
+	list, err := os.ReadFile("../testdata/recorded/pods-list.json")
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "app=webapp", r.URL.Query().Get("labelSelector"))
+		assert.Equal(t, "application/json", r.Header.Get("Accept"), "whole pods: readiness is in their status")
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(list)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := apiclient.New(srv.URL, "test")
+	require.NoError(t, err)
+	c, _ := newTestController(t, client, Config{})
+	sel, err := selector.Parse("app=webapp")
+	require.NoError(t, err)
+	pods, err := c.listWhole(t.Context(), "default", sel)
+	require.NoError(t, err)
+	require.Len(t, pods, 2)
+	for _, p := range pods {
+		assert.True(t, strings.HasPrefix(p.name, "webapp-"), p.name)
+		assert.NotEmpty(t, p.uid)
+		assert.NotZero(t, p.version, "resourceVersion %q", p.rv)
+		assert.Equal(t, "webapp", p.labels["app"])
+		assert.True(t, p.owned, "a ReplicaSet controls it")
+		assert.False(t, p.ready)
+		assert.False(t, p.terminating)
+		assert.Equal(t, "phase Pending", p.why)
+	}
 }
