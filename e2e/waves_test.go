@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,6 +112,48 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 	})
 }
 
+// TestWavesHaltedRoundGoesOnWhenPodsBecomeReady ensures a round halted on
+// replacements that are not Ready goes on by itself, without a data change,
+// once they become Ready (a slow start, a dependency back): a RolloutResumed
+// Event, every old pod restarted once, Ready pods never below 6.
+func TestWavesHaltedRoundGoesOnWhenPodsBecomeReady(t *testing.T) {
+	const replicas, maxUnavailable = 8, 2
+	var dependencyBack atomic.Bool
+	f := webappStartingReadyIf(t, replicas, func(data map[string]string) bool { return data["message"] != "Hello, slow" || dependencyBack.Load() },
+		fmt.Sprintf("MAX_UNAVAILABLE=%d", maxUnavailable), "PROGRESS_DEADLINE=3s")
+	sampler := f.pods.sampleServing(sampleEvery)
+
+	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, slow"}}`)
+	waitConfigMapEvent(t, f.ns, "webapp-config", "Warning", "RolloutHalted")
+	require.Len(t, successfulPodDeletes(t, f.ns), maxUnavailable)
+	dependencyBack.Store(true)
+	for _, p := range f.pods.notServing() {
+		f.kubelet.reportReady(watchedPod{Metadata: objectMeta{Name: p.name, UID: p.uid}})
+	}
+	resumed := waitConfigMapEvent(t, f.ns, "webapp-config", "Normal", "RolloutResumed")
+	assert.Contains(t, resumed.Message, fmt.Sprintf("Resumed after %d of %d pods", maxUnavailable, replicas))
+	f.waitRoundDone(t, replicas)
+	f.waitServing(t, replicas)
+	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
+	f.c.Settle(t, f.ns)
+	assertDeletedOnce(t, f.ns, adminUser, f.original)
+	assert.Zero(t, f.c.Metric(t, "config_watcher_rounds_halted"))
+}
+
+// TestReplacementsNotReadyAfterTheLastRestart ensures that with
+// MAX_UNAVAILABLE=100%, where no wave waits, replacements still not Ready
+// PROGRESS_DEADLINE after the round's last restart get a Warning Event and
+// the counter, the round having recorded its data.
+func TestReplacementsNotReadyAfterTheLastRestart(t *testing.T) {
+	const replicas = 2
+	f := webappInWaves(t, replicas, "MAX_UNAVAILABLE=100%", "PROGRESS_DEADLINE=3s")
+	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":""}}`) // the app cannot start with it
+	f.waitRoundDone(t, replicas)
+	warning := waitConfigMapEvent(t, f.ns, "webapp-config", "Warning", "ReplacementsNotReady")
+	assert.Contains(t, warning.Message, fmt.Sprintf("%d replacement(s) not Ready 3s after the last restart", replicas))
+	assert.Equal(t, float64(1), f.c.Metric(t, "config_watcher_replacements_not_ready_total"))
+}
+
 // --- a webapp whose pods become Ready -------------------------------------------------------
 
 // wavesFixture is the book's webapp in a namespace of its own, its pods made
@@ -119,6 +162,7 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 type wavesFixture struct {
 	ns       string
 	c        *controllerProc
+	kubelet  *kubeletStandIn
 	pods     *podWatch
 	original []pod
 	adopted  string // restarted-for when the test began
@@ -126,11 +170,16 @@ type wavesFixture struct {
 
 func webappInWaves(t *testing.T, replicas int, settings ...string) *wavesFixture {
 	t.Helper()
+	return webappStartingReadyIf(t, replicas, func(data map[string]string) bool { return data["message"] != "" }, settings...)
+}
+
+// webappStartingReadyIf is webappInWaves whose stand-in reports a new pod
+// Ready if startsReady holds for the ConfigMap's data when the pod appears.
+func webappStartingReadyIf(t *testing.T, replicas int, startsReady func(map[string]string) bool, settings ...string) *wavesFixture {
+	t.Helper()
 	f := &wavesFixture{ns: newNamespace(t)}
-	kubelet := startKubeletStandIn(t, f.ns, "webapp-config", func(data map[string]string) bool {
-		return data["message"] != ""
-	})
-	f.pods = watchPods(t, f.ns, webappSelector, kubelet.podAdded)
+	f.kubelet = startKubeletStandIn(t, f.ns, "webapp-config", startsReady)
+	f.pods = watchPods(t, f.ns, webappSelector, f.kubelet.podAdded)
 	f.original = webappWith(t, f.ns, replicas)
 	f.waitServing(t, replicas)
 	f.c = startController(t, controllerOpts{namespace: f.ns, extraEnv: settings})
