@@ -54,8 +54,11 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-		(cd "$d" && go mod init cw-etcd && go mod edit -require="go.etcd.io/etcd/server/v3@v${CW_ETCD_VERSION}" && go mod tidy) \
-			>"$build_dir/etcd-mod.log" 2>&1 || { tail -n 40 "$build_dir/etcd-mod.log" >&2; cw_die "resolving etcd modules failed"; }
+		if ! { (cd "$d" && go mod init cw-etcd && go mod edit -require="go.etcd.io/etcd/server/v3@v${CW_ETCD_VERSION}") >"$build_dir/etcd-mod.log" 2>&1 &&
+			cw_logged "$build_dir/etcd-mod.log" "$d" go mod tidy; }; then
+			tail -n 40 "$build_dir/etcd-mod.log" >&2
+			cw_die "resolving etcd modules failed"
+		fi
 	fi
 	cw_go_build etcd "v$CW_ETCD_VERSION, ~1.5 min" "$d" .
 fi

@@ -109,13 +109,30 @@ cw_build_start() {
 # cw_build_tmp PATH: a temporary file or dir of this build, removed when the script exits.
 cw_build_tmp() { CW_BUILD_TMP+=("$1"); }
 
-# cw_build_step NAME HINT DIR CMD...: runs CMD in DIR with its output in build/NAME.log,
-# and on failure shows the log's tail and exits.
+# cw_logged LOG DIR CMD...: runs CMD in DIR with its output in LOG. A cold build fetches
+# hundreds of modules from the module proxy, which now and then answers 5xx or times out:
+# such a failure is tried again (4 tries in all, 15, 30, then 60 s apart); any other
+# failure, and the fourth, returns non-zero at once.
+cw_logged() {
+	local log=$1 dir=$2 try
+	shift 2
+	for try in 1 2 3 4; do
+		(cd "$dir" && "$@") >"$log" 2>&1 && return 0
+		((try < 4)) || return 1
+		local why
+		why=$(grep -m1 -oE '50[234] [A-Za-z ]+|connection (timeout|reset|refused)|i/o timeout|TLS handshake timeout|unexpected EOF' "$log") || return 1
+		cw_log "the module proxy failed ($why); trying again in $((15 << (try - 1))) s"
+		sleep $((15 << (try - 1)))
+	done
+}
+
+# cw_build_step NAME HINT DIR CMD...: runs CMD in DIR with its output in build/NAME.log
+# (cw_logged), and on failure shows the log's tail and exits.
 cw_build_step() {
 	local name=$1 hint=$2 dir=$3 start=$SECONDS log="$CW_BUILD_DIR/build/$1.log"
 	shift 3
 	cw_log "building $name ($hint)…"
-	if ! (cd "$dir" && "$@") >"$log" 2>&1; then
+	if ! cw_logged "$log" "$dir" "$@"; then
 		tail -n 40 "$log" >&2
 		cw_die "building $name failed; full log: $log"
 	fi
@@ -157,9 +174,10 @@ cw_kube_module() {
 	rm -f "$d/go.mod" "$d/go.sum"
 	# kubernetes' go.mod requires its staging modules as v0.0.0 and replaces them with
 	# ./staging paths, so it cannot be required as is: point each at its published tag.
-	local kube_gomod staging m
-	kube_gomod=$(cd "$d" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v${CW_KUBE_VERSION}" |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+	local kube_gomod staging m download="$CW_BUILD_DIR/build/kubernetes-download.json"
+	cw_logged "$download" "$d" env GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v${CW_KUBE_VERSION}" ||
+		{ tail -n 40 "$download" >&2; cw_die "downloading k8s.io/kubernetes failed; full log: $download"; }
+	kube_gomod=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$download")
 	mapfile -t staging < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kube_gomod" | sort -u)
 	((${#staging[@]} > 0)) || cw_die "found no k8s.io/* v0.0.0 staging modules in $kube_gomod"
 	cw_log "pinning ${#staging[@]} staging modules to $staging_version"
@@ -171,8 +189,10 @@ cw_kube_module() {
 	local edits=(-require="k8s.io/kubernetes@v${CW_KUBE_VERSION}")
 	for m in "${staging[@]}"; do edits+=(-replace="$m=$m@$staging_version"); done
 	# tidy adds what each command needs beyond the others (the kubelet: k8s.io/cri-streaming, …).
-	(cd "$d" && go mod init cw-kubernetes && go mod edit "${edits[@]}" && go mod tidy) >"$log" 2>&1 ||
-		{ tail -n 40 "$log" >&2; cw_die "resolving kubernetes modules failed; full log: $log"; }
+	if ! { (cd "$d" && go mod init cw-kubernetes && go mod edit "${edits[@]}") >"$log" 2>&1 && cw_logged "$log" "$d" go mod tidy; }; then
+		tail -n 40 "$log" >&2
+		cw_die "resolving kubernetes modules failed; full log: $log"
+	fi
 	cw_log "resolved kubernetes modules in $(cw_elapsed $((SECONDS - start)))"
 }
 
