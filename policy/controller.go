@@ -29,7 +29,7 @@ type Config struct {
 	// ShutdownGrace bounds how long rounds in flight may run once the
 	// controller is told to stop (10 s).
 	ShutdownGrace time.Duration
-	NewBackOff    func() backoff.BackOff // retry policy of failed rounds and blocked evictions
+	NewBackOff    func() backoff.BackOff // retry policy of failed rounds
 	Strategy      string                 // StrategyDelete (the default) or StrategyEvict
 	// MaxUnavailable is the budget of a round's waves (waves.go; 25%).
 	MaxUnavailable Budget
@@ -258,8 +258,11 @@ func (c *Controller) observe(cm configMap) bool {
 		c.setExists(e, true)
 		return false
 	}
+	before := e.round
 	e.apply(cm)
-	c.pruneHalted() // apply may have ended a round
+	if e.round != before {
+		c.pruneHalted() // apply ended a round
+	}
 	if first && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
 		e.r, e.adopted = cm.hash, true

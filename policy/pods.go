@@ -37,18 +37,6 @@ func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selec
 	return pods, err
 }
 
-// listPods returns the selected pods, except terminating ones and the
-// controller's own.
-func (c *Controller) listPods(ctx context.Context, namespace string, sel *selector.Selector) ([]podRef, error) {
-	var pods []podRef
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p listedPod) {
-		if !p.terminating && p.name != c.cfg.OwnPod {
-			pods = append(pods, p.podRef)
-		}
-	})
-	return pods, err
-}
-
 // podPage is the page size of pod lists. Whole pods are a few KiB each:
 // a page stays within a few MiB.
 const podPage = "250"

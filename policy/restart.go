@@ -22,9 +22,9 @@ const (
 	StrategyEvict = "evict"
 )
 
-// restartAll restarts the round's pods which, at most MaxConcurrentRestarts
-// requests at a time (0: all at once). A pod that fails stays pending, so a
-// retried round restarts only those.
+// restartAll restarts the round's pods at the indexes which, at most
+// MaxConcurrentRestarts requests at a time (0: all at once). A pod that
+// fails stays pending, so a retried round restarts only those.
 func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r *round, which []int, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {

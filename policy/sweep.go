@@ -130,7 +130,7 @@ func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMa
 // finishSweep lists the selected pods and restarts those the round must
 // restart too, naming them in the intent first.
 func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
-	listed, err := c.listPods(ctx, cm.namespace, r.sel)
+	listed, err := c.listWhole(ctx, cm.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("sweep: list pods: %w", err)
 	}
@@ -143,10 +143,11 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	deadline := time.Now().Add(c.sweepWait)
 	first := r.indexed.firstDeletion(ctx, cm.namespace, deadline)
 	var missed []podRef
-	for _, p := range listed {
+	for _, l := range listed {
+		p := l.podRef
 		st, taken := state[p.uid]
 		switch {
-		case st == podRestarted || st == podGone:
+		case l.terminating || st == podRestarted || st == podGone:
 		case taken: // refused: it changed, and is still selected
 			missed = append(missed, p)
 		case r.indexed.startedBefore(ctx, cm.namespace, p, first, deadline):
