@@ -89,7 +89,7 @@ bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh
 
-record: ## re-record testdata/recorded/ from two fresh control planes (a few min)
+record: ## re-record testdata/recorded/, one fresh control plane per phase (RECORD_PHASES=secrets: one phase; a few min)
 	bash hack/record.sh
 
 ##@ local control plane and node

@@ -201,7 +201,9 @@ cmd_up() {
 
 	# Metadata level records user, verb, object and response code (with µs timestamps)
 	# without bodies: enough to count deletions and see refusals. Everything a
-	# ServiceAccount does is logged too, so a 403 on a list or watch shows up.
+	# ServiceAccount does is logged too, so a 403 on a list or watch shows up. Secrets
+	# stay at Metadata like everything else: any level above it would write their data
+	# into the log.
 	cat >"$STATE/audit-policy.yaml" <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -211,7 +213,7 @@ rules:
   verbs: ["delete", "deletecollection", "create", "patch", "update"]
   resources:
   - group: ""
-    resources: ["pods", "pods/eviction", "configmaps", "events"]
+    resources: ["pods", "pods/eviction", "configmaps", "secrets", "events"]
   - group: "coordination.k8s.io"
     resources: ["leases"]
   - group: "events.k8s.io"

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Records real API server responses into testdata/recorded/ with hack/record (see its
-# package doc), on two fresh control planes: one with the watch cache on (the default,
-# and what production runs: LIST, pods, every watch event type, large MODIFIED events)
-# and one with it off (an old resourceVersion answers 410 once etcd is compacted).
+# package doc), each phase on a fresh control plane of its own: `cached` with the watch
+# cache on (the default, and what production runs: LIST, pods, every watch event type,
+# large MODIFIED events), `uncached` with it off (an old resourceVersion answers 410 once
+# etcd is compacted), `secrets` with it on (Secret LISTs and watches).
 # Files are recorded into a scratch dir and replace the old ones only when all went well.
 #
+# Recording some phases replaces their files and their sections of the README and keeps
+# the other phases' files byte for byte (those hold resourceVersions, uids and
+# timestamps that change on every recording, and replay tests pin some of them).
+#
 # Usage: hack/record.sh [OUT_DIR]    (default testdata/recorded; also: make record)
+#   RECORD_PHASES=secrets hack/record.sh    records only the phases named
 set -euo pipefail
 
 hack_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +20,11 @@ repo="$(dirname "$hack_dir")"
 source "$hack_dir/lib.sh"
 
 out="${1:-$repo/testdata/recorded}"
+all_phases=(cached uncached secrets)
+read -r -a phases <<<"${RECORD_PHASES:-${all_phases[*]}}"
+for phase in "${phases[@]}"; do
+	[[ " ${all_phases[*]} " == *" $phase "* ]] || { cw_log "unknown phase '$phase' in RECORD_PHASES (known: ${all_phases[*]})"; exit 2; }
+done
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-record.XXXXXX")
 states=()
 cleanup() {
@@ -27,7 +38,7 @@ trap cleanup EXIT
 (cd "$repo" && go build -o "$work/record" ./hack/record)
 mkdir -p "$work/out"
 
-for phase in cached uncached; do
+for phase in "${phases[@]}"; do
 	state="$work/cluster-$phase"
 	states+=("$state")
 	cache=true
@@ -43,6 +54,21 @@ done
 
 kube_version=$("$CW_BIN_DIR/kube-apiserver" --version | awk '{print $2}')
 etcd_version=$("$CW_BIN_DIR/etcd" --version | awk '/etcd Version/ {print $3}')
+
+# section PHASE prints PHASE's section of the previous README (nothing if it has none),
+# without trailing blank lines; files PHASE prints the files its table names.
+section() {
+	[[ -f $out/README.md ]] || return 0
+	awk -v head="## Phase \`$1\`" '
+		index($0, head) == 1 { on = 1 }
+		/^## / && index($0, head) != 1 { on = 0 }
+		on && /^$/ { blank++; next }
+		on { while (blank) { print ""; blank-- } print }' "$out/README.md"
+}
+files() { section "$1" | awk -F'`' '/^\| `/ { print $2 }'; }
+recorded() { [[ " ${phases[*]} " == *" $1 "* ]]; }
+declare -A cache_of=([cached]=on [uncached]=off [secrets]=on)
+
 {
 	cat <<EOF
 # Recorded API server responses
@@ -53,13 +79,16 @@ Go module proxy by \`hack/build-controlplane.sh\`), captured byte for byte by
 
     make record        # = hack/record.sh; ~2 minutes once the control plane is built
 
-Last recorded: $(date -u +%Y-%m-%d).
+Each phase's heading below says when it was last recorded and on which server:
+\`RECORD_PHASES=secrets make record\` records that phase again and leaves the other
+phases' files as they are.
 
 How they were produced:
 - \`hack/record.sh\` starts a fresh local control plane (\`hack/cluster.sh up\`: etcd,
   kube-apiserver with RBAC and token auth, kube-controller-manager, and a \`kubectl proxy\`
   ambassador), runs \`hack/record -phase cached\`, stops it, then does the same with the
-  apiserver's \`--watch-cache=false\` for \`hack/record -phase uncached\`.
+  apiserver's \`--watch-cache=false\` for \`hack/record -phase uncached\`, and once more
+  (watch cache on) for \`hack/record -phase secrets\`.
 - Requests go through the \`kubectl proxy\`, as config-watcher's do, with
   \`Accept: application/json\`, except the \`pods-metadata-*\` files: those ask for
   metadata only, as the pod index's list + watch does (the Accept header is in their rows
@@ -90,8 +119,7 @@ What the server did that a client must expect (kube-apiserver $kube_version, see
 - \`BOOKMARK\` events (cache on) may repeat the same resourceVersion (two in a row in
   \`watch-events.ndjson\`), and are only sent once the cache's resourceVersion has moved past
   the watch's own: on an idle resource a watch can see no bookmark at all before it times
-  out. With the cache off there are no periodic bookmarks, only the
-  \`k8s.io/initial-events-end\` one of a WatchList (\`watchlist-initial-events.ndjson\`).
+  out. With the cache off there are no periodic bookmarks.
 - A watch without resourceVersion starts with a synthetic \`ADDED\` per existing object
   (\`watch-no-rv.ndjson\`).
 - Asked for metadata only (\`pods-metadata-*\`), the server sends \`PartialObjectMetadataList\`
@@ -103,15 +131,38 @@ What the server did that a client must expect (kube-apiserver $kube_version, see
   \`deletionGracePeriodSeconds: 0\`), then the \`DELETED\`. A ReplicaSet's replacement can be
   \`ADDED\` between the two: the controller counts a terminating pod as gone. The order this
   recording saw is in the row of \`pods-metadata-watch.ndjson\`.
-
-| file | watch cache | request | HTTP status, Content-Type | size | what it holds |
-|---|---|---|---|---|---|
+- A Secret's \`data\` values are base64 in JSON, whatever their bytes (\`blob\` in
+  \`secrets-watch-events.ndjson\` is not UTF-8). A value written through \`stringData\`
+  arrives as \`data\`; no event or LIST item carries \`stringData\`.
+- \`fieldSelector=type!=helm.sh/release.v1\` is applied by the server, to the LIST and to
+  the watch alike: a Helm release Secret created during the watch sends no event at all.
+- The server checks a \`kubernetes.io/tls\` Secret only for both keys, and a
+  \`kubernetes.io/dockerconfigjson\` one only for JSON: the recordings hold PEM-shaped text
+  and a made-up registry, nothing that is a credential.
 EOF
-	cat "$work/index-cached.md" "$work/index-uncached.md"
+	for phase in "${all_phases[@]}"; do
+		echo
+		if recorded "$phase"; then
+			# shellcheck disable=SC2016 # the backquotes are Markdown
+			printf '## Phase `%s`: watch cache %s, kube-apiserver %s, etcd %s, recorded %s\n\n' \
+				"$phase" "${cache_of[$phase]}" "$kube_version" "$etcd_version" "$(date -u +%Y-%m-%d)"
+			printf '| file | watch cache | request | HTTP status, Content-Type | size | what it holds |\n|---|---|---|---|---|---|\n'
+			cat "$work/index-$phase.md"
+		else
+			section "$phase"
+		fi
+	done
 } >"$work/out/README.md"
 
 mkdir -p "$out"
-# Replace the previous recording as a whole, so no stale file survives.
-find "$out" -maxdepth 1 -type f \( -name '*.json' -o -name '*.ndjson' -o -name 'README.md' \) -delete
+# Replace what the phases recorded had, so no stale file of theirs survives; a whole
+# recording replaces every file.
+if ((${#phases[@]} == ${#all_phases[@]})); then
+	find "$out" -maxdepth 1 -type f \( -name '*.json' -o -name '*.ndjson' \) -delete
+else
+	for phase in "${phases[@]}"; do
+		files "$phase" | while read -r f; do rm -f "${out:?}/$f"; done
+	done
+fi
 cp "$work/out/"* "$out/"
 cw_log "recorded $(find "$work/out" -type f | wc -l) files into $out"

@@ -70,6 +70,7 @@ var containerChecks = []check{
 // baseChecks hold for manifests/ (the controller).
 var baseChecks = append(slices.Clone(containerChecks),
 	check{"RoleGrantsExactlyWhatTheControllerUses", checkRoleRules},
+	check{"NothingOnSecretsWithoutTheComponent", checkNoSecrets},
 	check{"NoClusterWideRBAC", checkNoClusterRBAC},
 	check{"ControllerRunsAsTheBoundServiceAccount", checkServiceAccountBound},
 	check{"AmbassadorListensOnLoopbackOnly", checkAmbassadorLoopback},
@@ -197,6 +198,14 @@ var violations = []violation{
 	}},
 	{"SecretsReadable", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
 		addRule(t, o, map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}})
+		return o
+	}},
+	{"SecretsListable", ".", "NothingOnSecretsWithoutTheComponent", func(t *testing.T, o []obj) []obj {
+		addRule(t, o, map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"list"}})
+		return o
+	}},
+	{"EveryResourceGranted", ".", "NothingOnSecretsWithoutTheComponent", func(t *testing.T, o []obj) []obj {
+		addRule(t, o, map[string]any{"apiGroups": []any{"*"}, "resources": []any{"*"}, "verbs": []any{"watch"}})
 		return o
 	}},
 	{"PodDeleteMissing", ".", "RoleGrantsExactlyWhatTheControllerUses", func(t *testing.T, o []obj) []obj {
@@ -1064,25 +1073,7 @@ func TestClusterWideOverlay(t *testing.T) {
 	for _, c := range containerChecks {
 		t.Run(c.name, func(t *testing.T) { assert.Empty(t, c.fn(objs)) })
 	}
-	rules := func(kind string) []string {
-		var out []string
-		for _, o := range objs {
-			if o["kind"] != kind {
-				continue
-			}
-			for _, r := range list(o, "rules") {
-				for _, g := range strs(list(r, "apiGroups")) {
-					for _, res := range strs(list(r, "resources")) {
-						for _, v := range strs(list(r, "verbs")) {
-							out = append(out, g+" "+res+" "+v)
-						}
-					}
-				}
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	rules := func(kind string) []string { return grants(objs, kind) }
 	var leases, others []string
 	for _, r := range allowedRules {
 		if strings.Contains(r, "leases") {

@@ -9,6 +9,10 @@
 //
 //	record -phase cached   -proxy $CW_PROXY_URL -out testdata/recorded
 //	record -phase uncached -proxy $CW_PROXY_URL -etcd $CW_ETCD_URL -out testdata/recorded
+//	record -phase secrets  -proxy $CW_PROXY_URL -out testdata/recorded
+//
+// The secrets phase (watch cache on) has a control plane of its own so that it can be
+// recorded, or re-recorded, without touching the other phases' files.
 //
 // Each phase prints one Markdown table row per file it wrote (-index appends them to a
 // file), which hack/record.sh puts in testdata/recorded/README.md.
@@ -48,7 +52,7 @@ func main() {
 
 func run() error {
 	var r recorder
-	flag.StringVar(&r.phase, "phase", "", "cached (watch cache on) or uncached (watch cache off)")
+	flag.StringVar(&r.phase, "phase", "", "cached (watch cache on), uncached (watch cache off) or secrets (watch cache on)")
 	flag.StringVar(&r.proxy, "proxy", os.Getenv("CW_PROXY_URL"), "kubectl proxy URL (env CW_PROXY_URL)")
 	flag.StringVar(&r.etcd, "etcd", os.Getenv("CW_ETCD_URL"), "etcd client URL, for compaction (env CW_ETCD_URL)")
 	flag.StringVar(&r.out, "out", "testdata/recorded", "output directory")
@@ -74,8 +78,10 @@ func run() error {
 			return errors.New("no etcd URL: set -etcd or CW_ETCD_URL")
 		}
 		return r.recordUncached(ctx)
+	case "secrets":
+		return r.recordSecrets(ctx)
 	default:
-		return fmt.Errorf("-phase must be cached or uncached, not %q", r.phase)
+		return fmt.Errorf("-phase must be cached, uncached or secrets, not %q", r.phase)
 	}
 }
 
@@ -192,7 +198,8 @@ type stream struct {
 }
 
 // streamEvent is what the recorder reads of one event: its type and its object's
-// name, uid, resourceVersion and labels.
+// name, uid, resourceVersion, labels and annotations, and for a Secret its type and
+// data.
 type streamEvent struct {
 	Type   string `json:"type"`
 	Object struct {
@@ -201,9 +208,15 @@ type streamEvent struct {
 			UID             string            `json:"uid"`
 			ResourceVersion string            `json:"resourceVersion"`
 			Labels          map[string]string `json:"labels"`
+			Annotations     map[string]string `json:"annotations"`
 			// DeletionTimestamp is set once the object is terminating.
 			DeletionTimestamp *string `json:"deletionTimestamp"`
 		} `json:"metadata"`
+		// Type, Data (base64 values) and StringData are a Secret's: strings, not
+		// []byte, because a ConfigMap's data is plain text that would not decode.
+		Type       string            `json:"type"`
+		Data       map[string]string `json:"data"`
+		StringData json.RawMessage   `json:"stringData"`
 	} `json:"object"`
 }
 

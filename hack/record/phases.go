@@ -44,25 +44,8 @@ func (r *recorder) recordCached(ctx context.Context) error {
 	}
 
 	// Paging, as a client with limit=500 sees it on a namespace with more ConfigMaps.
-	q = url.Values{"limit": {"1"}}
-	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), q, "", nil)
-	if err != nil {
-		return err
-	}
-	if err := r.saveResponse("list-page-1.json", r.configMaps(), q, resp, "first page of the same LIST: one item and `metadata.continue`"); err != nil {
-		return err
-	}
-	page, err := decodeMeta(resp.body)
-	if err != nil || page.Continue == "" {
-		return fmt.Errorf("page 1 has no continue token (err %v)", err)
-	}
-	q = url.Values{"limit": {"1"}, "continue": {page.Continue}}
-	resp, err = r.ok(ctx, http.MethodGet, r.configMaps(), q, "", nil)
-	if err != nil {
-		return err
-	}
-	if err := r.saveResponse("list-page-2.json", r.configMaps(), url.Values{"limit": {"1"}, "continue": {"<from page 1>"}}, resp,
-		"last page: no `continue`"); err != nil {
+	if err := r.recordPages(ctx, r.configMaps(), 1, "list-page-1.json", "list-page-2.json",
+		"first page of the same LIST: one item and `metadata.continue`", "last page: no `continue`"); err != nil {
 		return err
 	}
 
@@ -556,6 +539,32 @@ func (r *recorder) compactEtcd(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return rev, nil
+}
+
+// recordPages records a LIST of path in two pages of limit items: first (with
+// metadata.continue) and last (without).
+func (r *recorder) recordPages(ctx context.Context, path string, limit int, first, last, whatFirst, whatLast string) error {
+	q := url.Values{"limit": {itoa(limit)}}
+	resp, err := r.ok(ctx, http.MethodGet, path, q, "", nil)
+	if err != nil {
+		return err
+	}
+	if err := r.saveResponse(first, path, q, resp, whatFirst); err != nil {
+		return err
+	}
+	page, err := decodeMeta(resp.body)
+	if err != nil || page.Continue == "" {
+		return fmt.Errorf("%s: no continue token (err %v)", first, err)
+	}
+	q = url.Values{"limit": {itoa(limit)}, "continue": {page.Continue}}
+	resp, err = r.ok(ctx, http.MethodGet, path, q, "", nil)
+	if err != nil {
+		return err
+	}
+	if end, err := decodeMeta(resp.body); err != nil || end.Continue != "" {
+		return fmt.Errorf("%s: want the last page, without a continue token (err %v)", last, err)
+	}
+	return r.saveResponse(last, path, url.Values{"limit": {itoa(limit)}, "continue": {"<from page 1>"}}, resp, whatLast)
 }
 
 // saveResponse writes a whole response body and notes it.

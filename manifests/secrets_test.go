@@ -1,0 +1,132 @@
+package manifests
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// secretsRules are what the secrets component adds: no `get`, the controller never
+// reads one Secret by name.
+var secretsRules = []string{" secrets list", " secrets patch", " secrets watch"}
+
+// secretsBuilds are the builds that include a secrets component, each with the
+// build it extends and the kind of role the component adds to; every other build
+// grants nothing on secrets.
+var secretsBuilds = []struct{ dir, without, kind string }{
+	{"testdata/secrets", ".", "Role"},
+	{"testdata/cluster-wide-secrets", "cluster-wide", "ClusterRole"},
+}
+
+// eachGrant calls f for every apiGroup, resource and verb the rules of the objects
+// of kind grant.
+func eachGrant(objs []obj, kind string, f func(group, resource, verb string)) {
+	for _, o := range objs {
+		if o["kind"] != kind {
+			continue
+		}
+		for _, r := range list(o, "rules") {
+			for _, g := range strs(list(r, "apiGroups")) {
+				for _, res := range strs(list(r, "resources")) {
+					for _, v := range strs(list(r, "verbs")) {
+						f(g, res, v)
+					}
+				}
+			}
+		}
+	}
+}
+
+// grants expands the rules of every object of kind into "apiGroup resource verb", sorted.
+func grants(objs []obj, kind string) []string {
+	var out []string
+	eachGrant(objs, kind, func(g, res, v string) { out = append(out, g+" "+res+" "+v) })
+	slices.Sort(out)
+	return out
+}
+
+// checkNoSecrets reports any Role or ClusterRole rule that reaches secrets, by name or
+// by wildcard: listing or watching them returns their data as surely as `get` does.
+func checkNoSecrets(objs []obj) []string {
+	var bad []string
+	for _, kind := range []string{"Role", "ClusterRole"} {
+		eachGrant(objs, kind, func(g, res, v string) {
+			if (g == "" || g == "*") && (res == "secrets" || res == "*" || strings.HasPrefix(res, "secrets/")) {
+				bad = append(bad, fmt.Sprintf("%s grants %q on %q in group %q", kind, v, res, g))
+			}
+		})
+	}
+	return bad
+}
+
+// TestNoBuildButTheSecretsOnesGrantsSecrets ensures every kustomization under manifests/
+// (each a build a user may apply) grants nothing on secrets unless it is one of
+// secretsBuilds, so that a new overlay cannot make Secrets readable unnoticed.
+func TestNoBuildButTheSecretsOnesGrantsSecrets(t *testing.T) {
+	found := map[string]bool{}
+	require.NoError(t, filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(path)
+		if strings.Contains(string(b), "\nkind: Component\n") {
+			return nil // not a build: only what includes it is
+		}
+		found[dir] = true
+		if slices.ContainsFunc(secretsBuilds, func(s struct{ dir, without, kind string }) bool { return s.dir == dir }) {
+			return nil
+		}
+		t.Run(dir, func(t *testing.T) {
+			assert.Empty(t, checkNoSecrets(render(t, dir)))
+		})
+		return nil
+	}))
+	for _, dir := range []string{".", "demo", "cluster-wide"} {
+		assert.True(t, found[dir], "build %s not found: the walk missed it", dir)
+	}
+	for _, s := range secretsBuilds {
+		assert.True(t, found[s.dir], "secrets build %s does not exist", s.dir)
+	}
+}
+
+// TestSecretsComponentAddsListWatchPatchOnly ensures each build with a secrets component
+// renders exactly as the build it extends, except for list, watch and patch on secrets
+// in the role that component is for.
+func TestSecretsComponentAddsListWatchPatchOnly(t *testing.T) {
+	for _, s := range secretsBuilds {
+		t.Run(s.dir, func(t *testing.T) {
+			with, without := render(t, s.dir), render(t, s.without)
+			for _, kind := range []string{"Role", "ClusterRole"} {
+				want := grants(without, kind)
+				if kind == s.kind {
+					want = append(want, secretsRules...)
+					slices.Sort(want)
+				}
+				assert.Equal(t, want, grants(with, kind), "%s rules", kind)
+			}
+			assert.NotEmpty(t, checkNoSecrets(with), "the check sees the component's rule")
+			assert.Equal(t, withoutRules(t, without), withoutRules(t, with), "the component changes nothing but rules")
+		})
+	}
+}
+
+// withoutRules is a copy of objs with the rules of every role left out.
+func withoutRules(t *testing.T, objs []obj) []obj {
+	t.Helper()
+	out := deepCopy(t, objs)
+	for _, o := range out {
+		delete(o, "rules")
+	}
+	return out
+}
