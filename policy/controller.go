@@ -572,7 +572,7 @@ type Metrics struct {
 // NewMetrics registers the controller's metrics in r.
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
-		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
+		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "Reconciles of annotated ConfigMaps and Secrets, by result.", "result",
 			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone, resultWaiting),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result; left: the pod changed and no longer needs the restart (relabelled out of the selector).", "result",
 			"deleted", "not_found", "conflict", "left", "error", "dry_run"),
@@ -580,10 +580,10 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"evicted", "not_found", "conflict", "left", "blocked", "error", "dry_run"),
 		RoundsHalted:         r.NewGauge("config_watcher_rounds_halted", "Rounds halted: no restart possible for PROGRESS_DEADLINE (each also a RolloutHalted Warning Event)."),
 		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
-		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource.", "resource",
+		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource (a Secret's state is written on configmaps).", "resource",
 			"configmaps", "pods", "pods/eviction"),
-		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),
+		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
-		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps waiting for a worker."),
+		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),
 	}
 }
