@@ -313,7 +313,7 @@ labels:
 		return nil, err
 	}
 	header := fmt.Sprintf("# config-watcher %s: kubectl apply -f this file. It installs into the namespace %s\n"+
-		"# and watches %s. Rendered from %s at %s\n"+
+		"# and watches %s.\n# Rendered from %s at %s\n"+
 		"# by sigs.k8s.io/kustomize/api %s; the image is pinned by digest.\n",
 		r.version, installNamespace, in.watches, from, r.revision, moduleVersion("sigs.k8s.io/kustomize/api"))
 	return append([]byte(header), y...), nil
