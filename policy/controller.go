@@ -538,7 +538,7 @@ func (c *Controller) work(ctx context.Context) {
 			}
 			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
-			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
+			c.log.Warn("round failed; will retry", "key", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay, true)
 		} else {
 			delete(c.retries, key)
