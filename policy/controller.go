@@ -50,14 +50,10 @@ type Config struct {
 	// MayAct, if set, is asked before every write: a leader whose lease
 	// may have lapsed must not act.
 	MayAct func() bool
-	// Pods, if set, returns the live pod index of a namespace (nil for
-	// none); a round then restarts the pods it selects at once and sweeps
-	// with a LIST afterwards (sweep.go).
-	Pods func(namespace string) PodIndex
-	// Annotated, if set, is told when a namespace gains its first existing
-	// annotated ConfigMap (true) and loses its last (false). It is called
-	// with the controller's lock held: it must not block or call back.
-	Annotated func(namespace string, annotated bool)
+	// Pods, if set, is the live pod index of the namespaces that hold
+	// annotated objects: a round then restarts the pods it selects at once
+	// and sweeps with a LIST afterwards (sweep.go).
+	Pods PodIndexes
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -467,8 +463,8 @@ func (c *Controller) setExists(e *entry, exists bool) {
 	if n == 0 {
 		delete(c.annotated, ns)
 	}
-	if c.cfg.Annotated != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
-		c.cfg.Annotated(ns, exists)
+	if c.cfg.Pods != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
+		c.cfg.Pods.Annotated(ns, exists)
 	}
 }
 
