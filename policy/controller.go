@@ -304,7 +304,7 @@ func (c *Controller) observe(obj object) bool {
 	if obj.kind == kindSecret {
 		// Its state is what the entry holds, or, new, what its state
 		// ConfigMap shows.
-		obj.stored = e.obj.stored
+		obj.stored = e.shown()
 		if first {
 			obj.stored = c.stateOf(obj.key(), obj.namespace)
 		}
