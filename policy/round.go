@@ -368,7 +368,10 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
 	return c.writeState(ctx, key, obj, r, RestartedForAnnotation, obj.hash.text(), func(e *entry) {
 		e.r, e.i, e.adopted = obj.hash, intent{}, false
-		if r != nil && e.round == r {
+		// The round ends here, unless the record's own event came back
+		// first and ended it already (apply): its last look is due either
+		// way, but not if another round has begun since.
+		if r != nil && (e.round == r || e.round == nil) {
 			e.round = nil
 			if !c.cfg.DryRun {
 				e.last = newLastLook(r, c.cfg.ProgressDeadline)
