@@ -105,10 +105,10 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 
 // restartIndexed restarts the pods a round took from the index at once,
 // then sweeps.
-func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+func (c *Controller) restartIndexed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	if c.needsIntent(r) {
 		// I before the first restart: a round cut short leaves it behind.
-		if err := c.writeIntent(ctx, key, cm, r, r.pods, log); err != nil {
+		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
 			return err
 		}
 	}
@@ -118,19 +118,19 @@ func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMa
 			pending = append(pending, i)
 		}
 	}
-	if err := c.restartAll(ctx, key, cm, r, pending, log); err != nil {
+	if err := c.restartAll(ctx, key, obj, r, pending, log); err != nil {
 		return err
 	}
 	if r.indexed.swept {
 		return nil
 	}
-	return c.finishSweep(ctx, key, cm, r, log)
+	return c.finishSweep(ctx, key, obj, r, log)
 }
 
 // finishSweep lists the selected pods and restarts those the round must
 // restart too, naming them in the intent first.
-func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
-	listed, err := c.listWhole(ctx, cm.namespace, r.sel)
+func (c *Controller) finishSweep(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	listed, err := c.listWhole(ctx, obj.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("sweep: list pods: %w", err)
 	}
@@ -141,7 +141,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	// One deadline for the whole sweep: with the index's watch down, every
 	// pod it lacks would otherwise cost the full wait in turn.
 	deadline := time.Now().Add(c.sweepWait)
-	first := r.indexed.firstDeletion(ctx, cm.namespace, deadline)
+	first := r.indexed.firstDeletion(ctx, obj.namespace, deadline)
 	var missed []podRef
 	for _, l := range listed {
 		p := l.podRef
@@ -150,7 +150,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 		case l.terminating || st == podRestarted || st == podGone:
 		case taken: // refused: it changed, and is still selected
 			missed = append(missed, p)
-		case r.indexed.startedBefore(ctx, cm.namespace, p, first, deadline):
+		case r.indexed.startedBefore(ctx, obj.namespace, p, first, deadline):
 			missed = append(missed, p)
 		default:
 			log.Info("leaving pod created after the round began", "pod", p.name)
@@ -159,7 +159,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	if len(missed) > 0 {
 		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
 		all := append(slices.Clone(r.pods), missed...)
-		if err := c.writeIntent(ctx, key, cm, r, all, log); err != nil {
+		if err := c.writeIntent(ctx, key, obj, r, all, log); err != nil {
 			return err
 		}
 		first := len(r.pods)
@@ -169,7 +169,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 		for i := first; i < len(all); i++ {
 			added = append(added, i)
 		}
-		if err := c.restartAll(ctx, key, cm, r, added, log); err != nil {
+		if err := c.restartAll(ctx, key, obj, r, added, log); err != nil {
 			return err
 		}
 	}
