@@ -68,7 +68,7 @@ func TestSecretDataChangeRestartsPodsOnce(t *testing.T) {
 	assert.Regexp(t, secretRecord, restarted)
 
 	secret := getSecret(t, s.ns, "webapp-secret")
-	state := getStateConfigMap(t, s.ns, secretStatePrefix+"webapp-secret")
+	state := getStateConfigMap(t, s.ns, stateNameOf("webapp-secret"))
 	assert.Equal(t, "config-watcher", state.Metadata.Labels[managedByLabel])
 	assert.Equal(t, "webapp-secret", state.Metadata.Annotations[stateOfSecretAnnotation])
 	assert.Regexp(t, `^[0-9a-f]{8}$`, state.Metadata.Annotations[digestKeyIDAnnotation])
@@ -78,6 +78,31 @@ func TestSecretDataChangeRestartsPodsOnce(t *testing.T) {
 		withoutFlags(state.Metadata.OwnerReferences), "the garbage collector removes the state with the Secret")
 
 	assertSecretUntouched(t, s.ns, s.user, "webapp-secret")
+}
+
+// TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName ensures a
+// Secret whose name is too long to carry the state ConfigMap's prefix gets
+// its state under the prefix and a digest of its name, naming it in full,
+// and that a data change restarts its pods once.
+func TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName(t *testing.T) {
+	s := newSecretsSetup(t, true)
+	name := strings.Repeat("s", 240) + randomHex(12)
+	require.Greater(t, len(secretStatePrefix+name), 253)
+	s.createSecret(t, name, "Opaque", map[string]string{"password": "first"})
+	apply(t, s.ns, secretWebappDeployment(name))
+	original := waitPods(t, s.ns, "app=webapp", 2)
+
+	c := s.start(t)
+	c.WaitReady(t)
+	adopted := waitSecretRecord(t, s.ns, name, "")
+	setSecretData(t, s.ns, name, map[string]string{"password": "second"})
+	waitDeleted(t, s.ns, s.user, original)
+	waitSecretRecord(t, s.ns, name, adopted)
+	c.SettleSecrets(t, s.ns)
+
+	assertDeletedOnce(t, s.ns, s.user, original)
+	assert.Equal(t, name, getStateConfigMap(t, s.ns, stateNameOf(name)).Metadata.Annotations[stateOfSecretAnnotation])
+	assertSecretUntouched(t, s.ns, s.user, name)
 }
 
 // TestSecretMetadataOnlyEditsRestartNothing ensures a label or an unrelated
@@ -177,9 +202,17 @@ func TestSecretRewrittenWholeByItsOwnerRestartsOncePerChange(t *testing.T) {
 	assertDeletedOnce(t, s.ns, s.user, original)
 	assert.ElementsMatch(t, replaced, livePods(t, s.ns, "app=webapp"), "a rewrite restarted the replacements")
 	assert.Equal(t, restarted, secretRecordOf(t, s.ns, "webapp-secret"))
+	// Written: one to adopt, an intent and a record for the change. Tried:
+	// those, and the first write's patch that finds no state ConfigMap yet.
 	writes := stateWrites(t, s.ns, s.user)
-	assert.LessOrEqual(t, len(writes), 3,
-		"state ConfigMap writes after %d rewrites: one to adopt, an intent and a record for the change; audit: %v", rewrites, writes)
+	var written int
+	for _, e := range writes {
+		if e.OK() {
+			written++
+		}
+	}
+	assert.LessOrEqual(t, written, 3, "state ConfigMap writes after %d rewrites; audit: %v", rewrites, writes)
+	assert.LessOrEqual(t, len(writes), 4, "state ConfigMap writes tried after %d rewrites; audit: %v", rewrites, writes)
 	assertSecretUntouched(t, s.ns, s.user, "webapp-secret")
 }
 
@@ -504,10 +537,20 @@ func getSecret(t *testing.T, ns, name string) configMap {
 	return s
 }
 
+// stateNameOf names a Secret's state ConfigMap: the prefix and the
+// Secret's name, or, when that is over 253 characters, the prefix and the
+// first 16 hex digits of the name's SHA-256.
+func stateNameOf(secret string) string {
+	if name := secretStatePrefix + secret; len(name) <= 253 {
+		return name
+	}
+	return secretStatePrefix + sha256Hex(secret)[:16]
+}
+
 // secretRecordOf returns R of the Secret's state ConfigMap ("" if none yet).
 func secretRecordOf(t *testing.T, ns, secret string) string {
 	t.Helper()
-	out, err := runKubectl("", "get", "configmap", secretStatePrefix+secret, "-n", ns, "-o", "json", "--ignore-not-found")
+	out, err := runKubectl("", "get", "configmap", stateNameOf(secret), "-n", ns, "-o", "json", "--ignore-not-found")
 	require.NoError(t, err)
 	if strings.TrimSpace(out) == "" {
 		return ""
@@ -523,7 +566,7 @@ func secretRecordOf(t *testing.T, ns, secret string) string {
 func waitSecretRecord(t *testing.T, ns, secret, not string) string {
 	t.Helper()
 	var got string
-	eventually(t, waitTimeout, fmt.Sprintf("configmap %s/%s%s with %s other than %q", ns, secretStatePrefix, secret, restartedAnnotation, not), func() (bool, string) {
+	eventually(t, waitTimeout, fmt.Sprintf("configmap %s/%s with %s other than %q", ns, stateNameOf(secret), restartedAnnotation, not), func() (bool, string) {
 		got = secretRecordOf(t, ns, secret)
 		return got != "" && got != not, fmt.Sprintf("annotation %q", got)
 	})
