@@ -287,8 +287,8 @@ func TestSecretTLSRotatedTwiceRestartsPerRotation(t *testing.T) {
 // TestSecretDataNeverLeaves ensures that nothing derived from a Secret's
 // values (the value, its base64, a prefix of the SHA-256 of either, the
 // keyed digest recorded in the state ConfigMap, the digest key) reaches the
-// controller's log, the namespace's Events or /metrics, and that the
-// PodsRestarted Event names the Secret's resourceVersion instead.
+// controller's log (text or JSON), the namespace's Events or /metrics, and
+// that the PodsRestarted Event names the Secret's resourceVersion instead.
 func TestSecretDataNeverLeaves(t *testing.T) {
 	s := newSecretsSetup(t, true)
 	before, after := "cw-marker-"+randomHex(16), "cw-marker-"+randomHex(16)
@@ -320,10 +320,20 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 	_, metrics, err := c.get("/metrics")
 	require.NoError(t, err)
 	c.Stop(t)
+
+	// Again with JSON logs, which render attributes their own way: a start
+	// that finds the Secret recorded.
+	j := s.start(t, "LOG_FORMAT=json")
+	j.WaitReady(t)
+	j.SettleSecrets(t, s.ns)
+	j.Stop(t)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(j.Log(t)), "{"), "LOG_FORMAT=json")
+
 	outputs := map[string]string{
-		"log":     c.Log(t),
-		"metrics": metrics,
-		"events":  kubectl(t, "get", "events", "-n", s.ns, "-o", "json"),
+		"log":      c.Log(t),
+		"json log": j.Log(t),
+		"metrics":  metrics,
+		"events":   kubectl(t, "get", "events", "-n", s.ns, "-o", "json"),
 	}
 	key, err := os.ReadFile(s.keyFile)
 	require.NoError(t, err)
@@ -345,7 +355,9 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		require.NotEmpty(t, text, where)
 		for what, needle := range leaks {
 			// Any longer prefix contains this one; hex may be printed in capitals.
-			assert.NotContains(t, strings.ToLower(text), strings.ToLower(needle), "%s: %s leaked", where, what)
+			if i := strings.Index(strings.ToLower(text), strings.ToLower(needle)); i >= 0 {
+				t.Errorf("%s: %s (%q) leaked: …%s…", where, what, needle, text[max(0, i-200):min(len(text), i+len(needle)+50)])
+			}
 		}
 	}
 }
@@ -388,11 +400,12 @@ func newSecretsSetup(t *testing.T, grantSecrets bool) *secretsSetup {
 	return s
 }
 
-// start starts a controller watching the namespace's Secrets as the ServiceAccount.
-func (s *secretsSetup) start(t *testing.T) *controllerProc {
+// start starts a controller watching the namespace's Secrets as the
+// ServiceAccount, with settings added to (or overriding) the harness's.
+func (s *secretsSetup) start(t *testing.T, settings ...string) *controllerProc {
 	t.Helper()
 	return startController(t, controllerOpts{namespace: s.ns, apiURL: s.proxy,
-		extraEnv: []string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + s.keyFile}})
+		extraEnv: append([]string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + s.keyFile}, settings...)})
 }
 
 // createSecret creates (not applies: kubectl apply would copy the data into
