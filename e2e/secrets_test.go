@@ -16,10 +16,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,13 +48,9 @@ var secretRecord = regexp.MustCompile(`^hmac-sha256:[0-9a-f]{64}$`)
 // keyed digest), and writes nothing on the Secret.
 func TestSecretDataChangeRestartsPodsOnce(t *testing.T) {
 	s := newSecretsSetup(t, true)
-	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
-	apply(t, s.ns, secretWebappDeployment("webapp-secret"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
 
-	c := s.start(t)
-	c.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	c, adopted := s.startAdopting(t, "webapp-secret")
 	require.Empty(t, podDeletes(t, s.ns, s.user), "adopting a Secret must delete nothing")
 
 	setSecretData(t, s.ns, "webapp-secret", map[string]string{"password": "second"})
@@ -88,13 +86,9 @@ func TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName(t *testing.T) {
 	s := newSecretsSetup(t, true)
 	name := strings.Repeat("s", 240) + randomHex(12)
 	require.Greater(t, len(secretStatePrefix+name), 253)
-	s.createSecret(t, name, "Opaque", map[string]string{"password": "first"})
-	apply(t, s.ns, secretWebappDeployment(name))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, name, "Opaque", map[string]string{"password": "first"})
 
-	c := s.start(t)
-	c.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, name, "")
+	c, adopted := s.startAdopting(t, name)
 	setSecretData(t, s.ns, name, map[string]string{"password": "second"})
 	waitDeleted(t, s.ns, s.user, original)
 	waitSecretRecord(t, s.ns, name, adopted)
@@ -110,13 +104,9 @@ func TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName(t *testing.T) {
 // and leaves the record as it was.
 func TestSecretMetadataOnlyEditsRestartNothing(t *testing.T) {
 	s := newSecretsSetup(t, true)
-	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
-	apply(t, s.ns, secretWebappDeployment("webapp-secret"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
 
-	c := s.start(t)
-	c.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	c, adopted := s.startAdopting(t, "webapp-secret")
 	modified := c.Metric(t, "config_watcher_secret_events_total", "type", "MODIFIED")
 
 	kubectl(t, "label", "secret", "webapp-secret", "-n", s.ns, "tier=frontend")
@@ -136,13 +126,9 @@ func TestSecretMetadataOnlyEditsRestartNothing(t *testing.T) {
 // start with nothing changed deletes nothing.
 func TestSecretChangeWhileStoppedRestartsOnce(t *testing.T) {
 	s := newSecretsSetup(t, true)
-	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
-	apply(t, s.ns, secretWebappDeployment("webapp-secret"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
 
-	first := s.start(t)
-	first.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	first, adopted := s.startAdopting(t, "webapp-secret")
 	first.SettleSecrets(t, s.ns)
 	first.Stop(t)
 	require.Empty(t, podDeletes(t, s.ns, s.user), "adopting a Secret must delete nothing")
@@ -178,13 +164,9 @@ func TestSecretChangeWhileStoppedRestartsOnce(t *testing.T) {
 // writes the Secret.
 func TestSecretRewrittenWholeByItsOwnerRestartsOncePerChange(t *testing.T) {
 	s := newSecretsSetup(t, true)
-	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
-	apply(t, s.ns, secretWebappDeployment("webapp-secret"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
 
-	c := s.start(t)
-	c.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	c, adopted := s.startAdopting(t, "webapp-secret")
 
 	owner := startRewritingOwner(t, s.ns, "webapp-secret", map[string]string{"password": "first"}, 2*time.Second)
 	owner.waitRewrites(t, 3)
@@ -262,13 +244,9 @@ func TestSecretsWithoutRBACSayWhichVerbIsMissing(t *testing.T) {
 // per rotation: each original pod once, each of their replacements once.
 func TestSecretTLSRotatedTwiceRestartsPerRotation(t *testing.T) {
 	s := newSecretsSetup(t, true)
-	s.createSecret(t, "webapp-tls", "kubernetes.io/tls", tlsData())
-	apply(t, s.ns, secretWebappDeployment("webapp-tls"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-tls", "kubernetes.io/tls", tlsData())
 
-	c := s.start(t)
-	c.WaitReady(t)
-	record := waitSecretRecord(t, s.ns, "webapp-tls", "")
+	c, record := s.startAdopting(t, "webapp-tls")
 
 	pods := original
 	var all []pod
@@ -292,13 +270,9 @@ func TestSecretTLSRotatedTwiceRestartsPerRotation(t *testing.T) {
 func TestSecretDataNeverLeaves(t *testing.T) {
 	s := newSecretsSetup(t, true)
 	before, after := "cw-marker-"+randomHex(16), "cw-marker-"+randomHex(16)
-	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": before})
-	apply(t, s.ns, secretWebappDeployment("webapp-secret"))
-	original := waitPods(t, s.ns, "app=webapp", 2)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": before})
 
-	c := s.start(t)
-	c.WaitReady(t)
-	adopted := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	c, adopted := s.startAdopting(t, "webapp-secret")
 	rv := setSecretData(t, s.ns, "webapp-secret", map[string]string{"password": after})
 	waitDeleted(t, s.ns, s.user, original)
 	restarted := waitSecretRecord(t, s.ns, "webapp-secret", adopted)
@@ -415,6 +389,25 @@ func (s *secretsSetup) createSecret(t *testing.T, name, typ string, data map[str
 	createFromFile(t, s.ns, secretJSON(name, typ, data, map[string]string{selectorAnnotation: "app=webapp"}))
 }
 
+// webapp creates Secret name (type typ, annotated to restart app=webapp)
+// and the webapp Deployment reading one of its keys, and returns the
+// webapp's pods.
+func (s *secretsSetup) webapp(t *testing.T, name, typ string, data map[string]string) []pod {
+	t.Helper()
+	s.createSecret(t, name, typ, data)
+	apply(t, s.ns, webappDeployment("secretKeyRef", name, slices.Min(slices.Collect(maps.Keys(data)))))
+	return waitPods(t, s.ns, "app=webapp", 2)
+}
+
+// startAdopting starts the controller, waits until it is ready and has
+// adopted Secret name, and returns it with the record it wrote.
+func (s *secretsSetup) startAdopting(t *testing.T, name string) (*controllerProc, string) {
+	t.Helper()
+	c := s.start(t)
+	c.WaitReady(t)
+	return c, waitSecretRecord(t, s.ns, name, "")
+}
+
 // writeDigestKey writes 32 random bytes, the smallest key DIGEST_KEY_FILE takes.
 func writeDigestKey(t *testing.T) string {
 	t.Helper()
@@ -441,36 +434,6 @@ func secretJSON(name, typ string, data, annotations map[string]string) string {
 		panic(err) // maps of strings always marshal
 	}
 	return string(b)
-}
-
-// secretWebappDeployment is the webapp Deployment with the Secret mounted.
-func secretWebappDeployment(secret string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: webapp
-spec:
-  replicas: 2
-  selector:
-    matchLabels:
-      app: webapp
-  template:
-    metadata:
-      labels:
-        app: webapp
-    spec:
-      containers:
-      - name: webapp
-        image: k8spatterns/mini-http-server
-        volumeMounts:
-        - name: secret
-          mountPath: /etc/webapp
-          readOnly: true
-      volumes:
-      - name: secret
-        secret:
-          secretName: %s
-`, secret)
 }
 
 // tlsData is a fresh certificate and key: what a rotation writes.
