@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		// not Ready with its grace: a frozen index must not decide), and is
 		// not part of readiness: without one a round lists pods first.
 		podMetrics := watch.NewMetricsFor(reg, "pod_index")
-		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
+		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap or Secret, and, for 30 s, those that lost their last one).")
 		podLog := log.With("watch", "pods")
 		pods = podindex.NewNamespaces(podindex.NamespacesConfig{
 			Watch: func(ns string, h watch.Handler) *watch.ListWatcher {
@@ -131,13 +131,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			},
 			Indexed: func(n int) { indexed.Set(float64(n)) },
 		}, log)
-		pcfg.Pods = func(ns string) policy.PodIndex {
-			if x := pods.Cover(ns); x != nil {
-				return x
-			}
-			return nil // not a typed nil: the round lists first
-		}
-		pcfg.Annotated = pods.Annotated
+		pcfg.Pods = pods
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	watchMetrics := watch.NewMetrics(reg)

@@ -588,9 +588,9 @@ func TestListScopedToNamespace(t *testing.T) {
 func TestAnnotatedNamespacesAreReported(t *testing.T) {
 	var calls []string
 	api := newFakeAPI(t)
-	c, _ := newTestController(t, api.client(), Config{Annotated: func(ns string, on bool) {
+	c, _ := newTestController(t, api.client(), Config{Pods: oneIndex{annotated: func(ns string, on bool) {
 		calls = append(calls, fmt.Sprintf("%s=%v", ns, on))
-	}})
+	}}})
 	a := cmSpec{name: "a", uid: "uid-a", selector: ptr("app=a"), data: v1}
 	b := cmSpec{name: "b", uid: "uid-b", selector: ptr("app=b"), data: v1}
 

@@ -24,11 +24,16 @@ import (
 // many is recoverable, old configuration is not. docs/design.md, "The pod
 // index", has the reasoning.
 
-// PodIndex is a live view of pods (package podindex).
-type PodIndex interface {
-	Select(namespace string, matches func(labels map[string]string) bool) (pods []podindex.Pod, lists uint64, ok bool)
-	Created(ctx context.Context, namespace, uid string, wait time.Duration) (created, lists uint64, known bool)
-	Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool)
+// PodIndexes is the pod index as the controller uses it
+// (podindex.Namespaces): told which namespaces hold annotated objects, it
+// indexes their pods, and offers the index of one while it can answer.
+type PodIndexes interface {
+	// Annotated says a namespace gained its first existing annotated
+	// object (true) or lost its last. It is called with the controller's
+	// lock held: it must not block or call back.
+	Annotated(namespace string, annotated bool)
+	// Cover returns the index of namespace if it can answer now, else nil.
+	Cover(namespace string) *podindex.Index
 }
 
 // defaultSweepWait bounds how long the sweep waits for the index to show a
@@ -37,7 +42,7 @@ const defaultSweepWait = 10 * time.Second
 
 // indexed is the state of a round that began from the index.
 type indexed struct {
-	index PodIndex
+	index *podindex.Index
 	lists uint64 // the index's lists when the round began
 	swept bool
 
@@ -82,7 +87,7 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 	if c.cfg.Pods == nil || c.cfg.Strategy != StrategyDelete {
 		return nil, nil
 	}
-	idx := c.cfg.Pods(namespace)
+	idx := c.cfg.Pods.Cover(namespace)
 	if idx == nil {
 		return nil, nil
 	}
