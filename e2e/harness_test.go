@@ -325,7 +325,14 @@ metadata:
 data:
   message: "Hello"
 ---
-apiVersion: apps/v1
+`, selectorAnnotation, selector) + webappDeployment("configMapKeyRef", "webapp-config", "message")
+}
+
+// webappDeployment is the webapp Deployment (two pods, app=webapp) whose
+// MESSAGE comes from key of the object name, through ref (configMapKeyRef or
+// secretKeyRef).
+func webappDeployment(ref, name, key string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: webapp
@@ -345,10 +352,10 @@ spec:
         env:
         - name: MESSAGE
           valueFrom:
-            configMapKeyRef:
-              name: webapp-config
-              key: message
-`, selectorAnnotation, selector)
+            %s:
+              name: %s
+              key: %s
+`, ref, name, key)
 }
 
 // --- audit log ------------------------------------------------------------------------------
