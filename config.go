@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ type config struct {
 	LogLevel           slog.Level
 	PodName            string
 	RecordHash         bool
+	WatchSecrets       bool
+	DigestKeyFile      string
+	DigestKey          []byte // read from DigestKeyFile when WatchSecrets
 	Workers            int
 	ShutdownTimeout    time.Duration
 	RestartStrategy    string
@@ -108,6 +112,11 @@ var settings = []setting{
 		return nil
 	}},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
+	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
+	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key (32 bytes or more) of the digests of Secret data; required with WATCH_SECRETS", func(c *config, v string) error {
+		c.DigestKeyFile = v
+		return nil
+	}},
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
@@ -182,8 +191,19 @@ func oneOf(field func(c *config) *string, values ...string) func(c *config, v st
 	}
 }
 
-// validate checks what involves several settings, and fills LeaseNamespace.
+// validate checks what involves several settings, reads the digest key,
+// and fills LeaseNamespace.
 func (c *config) validate() error {
+	if c.WatchSecrets {
+		key, err := os.ReadFile(c.DigestKeyFile)
+		if err == nil && len(key) < policy.MinDigestKey {
+			err = fmt.Errorf("%d bytes, fewer than %d", len(key), policy.MinDigestKey)
+		}
+		if err != nil {
+			return fmt.Errorf("WATCH_SECRETS=true needs a digest key of %d bytes or more in DIGEST_KEY_FILE (%s): %w. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key --from-literal=key=\"$(head -c 32 /dev/urandom | base64)\"", policy.MinDigestKey, c.DigestKeyFile, err)
+		}
+		c.DigestKey = key
+	}
 	if !c.LeaderElect {
 		return nil
 	}

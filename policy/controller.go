@@ -19,7 +19,10 @@ import (
 
 // Config of the controller. Zero values take the defaults New sets.
 type Config struct {
-	SelectorAnnotation string // holds the pod label selector on a ConfigMap
+	SelectorAnnotation string // holds the pod label selector on a ConfigMap or Secret
+	// DigestKey keys the digests of Secret data (secret.go); it must be
+	// set, MinDigestKey bytes or more, for ForSecrets.
+	DigestKey []byte
 	// RecordHash writes R and I on the ConfigMaps. Without it (read-only
 	// RBAC) they live in memory: changes made while the controller was
 	// down are adopted, not acted on.
@@ -47,14 +50,10 @@ type Config struct {
 	// MayAct, if set, is asked before every write: a leader whose lease
 	// may have lapsed must not act.
 	MayAct func() bool
-	// Pods, if set, returns the live pod index of a namespace (nil for
-	// none); a round then restarts the pods it selects at once and sweeps
-	// with a LIST afterwards (sweep.go).
-	Pods func(namespace string) PodIndex
-	// Annotated, if set, is told when a namespace gains its first existing
-	// annotated ConfigMap (true) and loses its last (false). It is called
-	// with the controller's lock held: it must not block or call back.
-	Annotated func(namespace string, annotated bool)
+	// Pods, if set, is the live pod index of the namespaces that hold
+	// annotated objects: a round then restarts the pods it selects at once
+	// and sweeps with a LIST afterwards (sweep.go).
+	Pods PodIndexes
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -72,8 +71,8 @@ type API interface {
 
 var _ API = (*apiclient.Client)(nil)
 
-// Controller keeps what the watches of ConfigMaps show (ForNamespace gives
-// each its handler) and runs the workers.
+// Controller keeps what the watches of ConfigMaps and Secrets show
+// (ForNamespace and ForSecrets give each its handler) and runs the workers.
 type Controller struct {
 	cfg     Config
 	api     API
@@ -85,13 +84,19 @@ type Controller struct {
 	sweepWait time.Duration
 	wavePoll  time.Duration // the wait between waves (shorter in tests)
 
-	mu         sync.Mutex
-	entries    map[string]*entry
+	keyID string // of cfg.DigestKey
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	// states holds what the state ConfigMaps show, by their Secret's key:
+	// it outlives the Secret's entry (a selector removed and put back).
+	states     map[string]*stateSeen
 	seq        uint64         // numbers events, to tell what a list did not see
 	annotated  map[string]int // existing entries per namespace (Config.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	all        *scope                 // the handler for a watch of every namespace
+	all        [2]*scope              // by kind: the handler for a watch of every namespace
+	configMaps map[string]*scope      // the handlers of ConfigMap watches of one namespace
 	gates      map[string]*sync.Mutex // per namespace: one wave at a time (waves.go)
 	halted     map[string]*round      // halted rounds, by key
 
@@ -131,41 +136,70 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.ProgressDeadline = 10 * time.Minute
 	}
 	c := &Controller{
-		sweepWait: defaultSweepWait,
-		wavePoll:  wavePoll,
-		gates:     map[string]*sync.Mutex{},
-		halted:    map[string]*round{},
-		cfg:       cfg,
-		api:       api,
-		log:       log,
-		metrics:   m,
-		queue:     newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
-		entries:   map[string]*entry{},
-		annotated: map[string]int{},
-		retries:   map[string]backoff.BackOff{},
-		synced:    make(chan struct{}),
+		sweepWait:  defaultSweepWait,
+		wavePoll:   wavePoll,
+		gates:      map[string]*sync.Mutex{},
+		halted:     map[string]*round{},
+		cfg:        cfg,
+		api:        api,
+		log:        log,
+		metrics:    m,
+		queue:      newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
+		entries:    map[string]*entry{},
+		states:     map[string]*stateSeen{},
+		configMaps: map[string]*scope{},
+		keyID:      keyID(cfg.DigestKey),
+		annotated:  map[string]int{},
+		retries:    map[string]backoff.BackOff{},
+		synced:     make(chan struct{}),
 	}
-	c.all = &scope{c: c}
+	c.all = [2]*scope{{c: c, kind: kindConfigMap}, {c: c, kind: kindSecret}}
 	return c
 }
 
-// scope is the watch.Handler of one ListWatcher: one namespace, or all of
-// them (namespace ""). A list only speaks for the ConfigMaps of its scope.
+// stateSeen is a state ConfigMap's latest view.
+type stateSeen struct {
+	namespace string
+	st        stored
+	seen      uint64 // sequence number of its last event
+}
+
+// scope is the watch.Handler of one ListWatcher: of ConfigMaps or Secrets,
+// in one namespace or all of them (namespace ""). A list only speaks for the
+// objects of its scope.
 type scope struct {
 	c               *Controller
+	kind            kind
 	namespace       string
 	start           uint64 // seq when the current list began
 	counted, listed bool   // in c.unsynced until its first list ends
 }
 
-// ForNamespace returns the handler for a ListWatcher of one namespace, or of
-// all namespaces when namespace is "".
+func (s *scope) covers(namespace string) bool { return s.namespace == "" || s.namespace == namespace }
+
+// ForNamespace returns the handler for a ListWatcher of the ConfigMaps of
+// one namespace, or of all namespaces when namespace is "".
 func (c *Controller) ForNamespace(namespace string) watch.Handler {
+	return c.forScope(kindConfigMap, namespace)
+}
+
+// ForSecrets returns the handler for a ListWatcher of the Secrets of one
+// namespace, or of all namespaces when namespace is "". Their state lives
+// in ConfigMaps (secret.go): the ConfigMaps of the same namespaces must be
+// watched too.
+func (c *Controller) ForSecrets(namespace string) watch.Handler {
+	return c.forScope(kindSecret, namespace)
+}
+
+func (c *Controller) forScope(k kind, namespace string) watch.Handler {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.all
+	s := c.all[k]
 	if namespace != "" {
-		s = &scope{c: c, namespace: namespace}
+		s = &scope{c: c, kind: k, namespace: namespace}
+		if k == kindConfigMap {
+			c.configMaps[namespace] = s
+		}
 	}
 	if !s.counted {
 		s.counted = true
@@ -180,23 +214,27 @@ func (s *scope) BeginList() {
 	s.start = s.c.seq
 }
 
-// EndList: ConfigMaps of the scope that the complete list did not show were
+// EndList: objects of the scope that the complete list did not show were
 // deleted while we were not watching; tombstones older than the list are
-// forgotten.
+// forgotten. A list of ConfigMaps tells the state of the scope's Secrets.
 func (s *scope) EndList() {
 	c := s.c
 	c.mu.Lock()
 	for key, e := range c.entries {
 		switch {
-		case e.seen > s.start || (s.namespace != "" && e.cm.namespace != s.namespace):
+		case e.obj.kind != s.kind || e.seen > s.start || !s.covers(e.obj.namespace):
 		case e.exists:
 			c.bury(e) // kept until the next list
 		default:
 			delete(c.entries, key)
 		}
 	}
-	if s.counted && !s.listed {
-		s.listed = true
+	first := !s.listed
+	s.listed = true
+	if s.kind == kindConfigMap {
+		c.statesListed(s)
+	}
+	if s.counted && first {
 		if c.unsynced.Add(-1) == 0 {
 			c.syncedOnce.Do(func() { close(c.synced) })
 		}
@@ -219,32 +257,37 @@ func (c *Controller) releaseAfterSync() {
 	}
 }
 
-func (s *scope) Handle(ev watch.Event) { s.c.Handle(ev) }
+func (s *scope) Handle(ev watch.Event) { s.c.handle(s.kind, ev) }
 
-// Handle takes a ConfigMap event of any scope. It only records state and
-// queues work.
-func (c *Controller) Handle(ev watch.Event) {
-	cm, err := parseConfigMap(ev.Object, c.cfg.SelectorAnnotation)
+// Handle takes a ConfigMap event of any scope.
+func (c *Controller) Handle(ev watch.Event) { c.handle(kindConfigMap, ev) }
+
+// handle takes an event of any scope. It only records state and queues
+// work.
+func (c *Controller) handle(k kind, ev watch.Event) {
+	obj, err := parseObject(ev.Object, k, c.cfg.SelectorAnnotation, c.cfg.DigestKey)
 	if err != nil {
 		c.metrics.SkippedObjects.Inc()
-		c.log.Warn("skipping object", "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
+		c.log.Warn("skipping object", "kind", k.String(), "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
 		return
 	}
 	switch {
+	case obj.stateOf != "" && obj.name == stateName(obj.stateOf):
+		c.observeState(obj, ev.Type == watch.Deleted)
 	case ev.Type == watch.Deleted:
-		c.forget(cm.key())
-	case !cm.hasSelector:
-		c.drop(cm.key()) // not (or no longer) ours: adopted afresh if it comes back
-	case c.observe(cm):
-		c.queue.Add(cm.key())
+		c.forget(obj.key())
+	case !obj.hasSelector:
+		c.drop(obj.key()) // not (or no longer) ours: adopted afresh if it comes back
+	case c.observe(obj):
+		c.queue.Add(obj.key())
 	}
 }
 
-// observe stores cm and reports whether it may need action.
-func (c *Controller) observe(cm configMap) bool {
+// observe stores obj and reports whether it may need action.
+func (c *Controller) observe(obj object) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := cm.key()
+	key := obj.key()
 	e := c.entries[key]
 	first := e == nil
 	if first {
@@ -253,22 +296,107 @@ func (c *Controller) observe(cm configMap) bool {
 	}
 	c.seq++
 	e.seen = c.seq
-	if e.cm.uid == cm.uid && cm.version != 0 && cm.version <= e.cm.version {
+	if e.obj.uid == obj.uid && obj.version != 0 && obj.version <= e.obj.version {
 		// Replayed by a watch resumed from an earlier resourceVersion.
 		c.setExists(e, true)
 		return false
 	}
+	if obj.kind == kindSecret {
+		// Its state is what the entry holds, or, new, what its state
+		// ConfigMap shows.
+		obj.stored = e.obj.stored
+		if first {
+			obj.stored = c.stateOf(obj.key(), obj.namespace)
+		}
+	}
+	c.takeView(e, obj)
+	c.setExists(e, true)
+	return e.decide(c.recordsOnServer()) != stepNothing
+}
+
+// takeView applies a view of the object to its entry, and adopts the data
+// if nothing tells which the pods run. c.mu must be held.
+func (c *Controller) takeView(e *entry, obj object) {
 	before := e.round
-	e.apply(cm)
+	e.apply(obj)
 	if e.round != before {
 		c.pruneHalted() // apply ended a round
 	}
-	if first && e.r.isZero() && !e.i.present() {
+	if e.obj.stored.known && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
-		e.r, e.adopted = cm.hash, true
+		e.r, e.adopted = e.obj.hash, true
 	}
-	c.setExists(e, true)
-	return e.decide(c.recordsOnServer()) != stepNothing
+}
+
+// stateOf returns a Secret's state as its state ConfigMap shows it: none if
+// there is none, unknown until its namespace's ConfigMaps were listed.
+// c.mu must be held.
+func (c *Controller) stateOf(key, namespace string) stored {
+	if s := c.states[key]; s != nil {
+		return s.st
+	}
+	s := c.configMaps[namespace]
+	if s == nil {
+		s = c.all[kindConfigMap]
+	}
+	return stored{known: s.listed}
+}
+
+// observeState takes a state ConfigMap's view (deleted: it is gone) to its
+// Secret's entry.
+func (c *Controller) observeState(obj object, deleted bool) {
+	key := keyOf(kindSecret, obj.namespace, obj.stateOf)
+	st := c.fromStateConfigMap(obj)
+	if obj.keyID != c.keyID && !deleted && !obj.stored.recorded.isZero() {
+		c.log.Warn("the state of this Secret was written under another digest key: its data is adopted as it is now",
+			"namespace", obj.namespace, "secret", obj.stateOf, "state_configmap", obj.name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	if s := c.states[key]; s != nil && !deleted && st.version != 0 && st.version <= s.st.version {
+		s.seen = c.seq // replayed by a resumed watch
+		return
+	}
+	if deleted {
+		st = stored{known: true} // a wipe: R stays in memory, I is written again
+		delete(c.states, key)
+	} else {
+		c.states[key] = &stateSeen{namespace: obj.namespace, st: st, seen: c.seq}
+	}
+	c.takeState(key, st)
+}
+
+// takeState applies a Secret's state, as now known, to its entry and queues
+// it if it may need action. c.mu must be held.
+func (c *Controller) takeState(key string, st stored) {
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		return
+	}
+	view := e.obj
+	view.stored = st
+	c.takeView(e, view)
+	if e.decide(c.recordsOnServer()) != stepNothing {
+		c.queue.Add(key) // lock order: c.mu, then the queue's
+	}
+}
+
+// statesListed: a complete list of scope s's ConfigMaps tells the state of
+// its Secrets: state ConfigMaps it did not show are gone. c.mu must be held.
+func (c *Controller) statesListed(s *scope) {
+	gone := map[string]bool{}
+	for key, st := range c.states {
+		if st.seen <= s.start && s.covers(st.namespace) {
+			delete(c.states, key)
+			gone[key] = true
+		}
+	}
+	for key, e := range c.entries {
+		if e.obj.kind == kindSecret && s.covers(e.obj.namespace) && (!e.obj.stored.known || gone[key]) {
+			c.takeState(key, c.stateOf(key, e.obj.namespace))
+		}
+	}
 }
 
 // drop forgets a ConfigMap that is not ours.
@@ -325,7 +453,7 @@ func (c *Controller) setExists(e *entry, exists bool) {
 		return
 	}
 	e.exists = exists
-	ns := e.cm.namespace
+	ns := e.obj.namespace
 	if exists {
 		c.annotated[ns]++
 	} else {
@@ -335,8 +463,8 @@ func (c *Controller) setExists(e *entry, exists bool) {
 	if n == 0 {
 		delete(c.annotated, ns)
 	}
-	if c.cfg.Annotated != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
-		c.cfg.Annotated(ns, exists)
+	if c.cfg.Pods != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
+		c.cfg.Pods.Annotated(ns, exists)
 	}
 }
 
@@ -406,7 +534,7 @@ func (c *Controller) work(ctx context.Context) {
 			}
 			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
-			c.log.Warn("round failed; will retry", "configmap", key, "retry_in", delay.Round(time.Millisecond), "err", err)
+			c.log.Warn("round failed; will retry", "key", key, "retry_in", delay.Round(time.Millisecond), "err", err)
 			c.queue.AddAfter(key, delay, true)
 		} else {
 			delete(c.retries, key)
@@ -440,7 +568,7 @@ type Metrics struct {
 // NewMetrics registers the controller's metrics in r.
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
-		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "ConfigMap reconciles, by result.", "result",
+		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "Reconciles of annotated ConfigMaps and Secrets, by result.", "result",
 			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone, resultWaiting),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result; left: the pod changed and no longer needs the restart (relabelled out of the selector).", "result",
 			"deleted", "not_found", "conflict", "left", "error", "dry_run"),
@@ -448,10 +576,10 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"evicted", "not_found", "conflict", "left", "blocked", "error", "dry_run"),
 		RoundsHalted:         r.NewGauge("config_watcher_rounds_halted", "Rounds halted: no restart possible for PROGRESS_DEADLINE (each also a RolloutHalted Warning Event)."),
 		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
-		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource.", "resource",
+		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource (a Secret's state is written on configmaps).", "resource",
 			"configmaps", "pods", "pods/eviction"),
-		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the ConfigMap's selector is invalid or too broad."),
+		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
-		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps waiting for a worker."),
+		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),
 	}
 }

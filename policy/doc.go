@@ -1,18 +1,21 @@
-// Package policy decides and carries out pod restarts for ConfigMap data
-// changes: it observes ConfigMaps (as a watch.Handler), and restarts the
-// pods a ConfigMap selects when they may not run its current data, so that
-// their controllers recreate them. docs/design.md explains it at length.
+// Package policy decides and carries out pod restarts for ConfigMap and
+// Secret data changes: it observes them (its scopes are watch.Handlers), and
+// restarts the pods one selects when they may not run its current data, so
+// that their controllers recreate them. docs/design.md explains it at length.
 //
 // # State model
 //
-// Per annotated ConfigMap, three values decide everything: D, the digest of
-// the data now; R (RestartedForAnnotation), the data every selected pod runs
-// unless a round is in progress; I (RestartingAnnotation), a round for
-// I.hash that began over the pods it names (pods created after it began run
-// I.hash). With RECORD_HASH=false or in a dry run, R and I live in memory
-// only. decide (state.go) maps them to one step:
+// Per annotated ConfigMap or Secret, three values decide everything: D, the
+// digest of the data now; R (RestartedForAnnotation), the data every
+// selected pod runs unless a round is in progress; I (RestartingAnnotation),
+// a round for I.hash that began over the pods it names (pods created after
+// it began run I.hash). A ConfigMap carries R and I itself; a Secret's live
+// in its state ConfigMap (secret.go), never on the Secret. With
+// RECORD_HASH=false or in a dry run, R and I live in memory only. decide
+// (state.go) maps them to one step:
 //
 //	state                                    step
+//	a Secret's state ConfigMap not listed    nothing yet: its absence may only be late
 //	a round for D runs here                  continue it (retries restart only what is left; I again if wiped)
 //	I for D, not outdated                    resume: restart the pods I names that still exist
 //	I for other data, or outdated            new round over every selected pod: pods are mixed
