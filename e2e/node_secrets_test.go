@@ -14,32 +14,42 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A Secret on the real node: the demo's webapp takes its message from a Secret instead of
-// its ConfigMap, in a namespace of the test's own, and a controller started by the test
-// (the binary under test, on loopback inside the node's network namespace, through the
-// shared proxy) watches that namespace with Secrets on.
+// A Secret on the real node: the demo (manifests/demo, its webapp reading a credential
+// from the Secret webapp-credentials as the environment variable API_TOKEN), in a
+// namespace of the test's own, its web server answering with that credential instead of
+// its message. A controller started by the test (the binary under test, on loopback
+// inside the node's network namespace, through the shared proxy) watches the namespace
+// with Secrets on.
 
 const (
-	nodeSecret      = "webapp-secret"
+	nodeSecret      = "webapp-credentials"
+	nodeSecretKey   = "token"
 	nodeSecretState = "config-watcher-secret." + nodeSecret // where the controller keeps its state
 )
 
-// demoWithSecret returns the demo's Deployment (manifests/demo/webapp.yaml) with its
-// message taken from Secret secret instead of the ConfigMap: the pods a user would run.
-// It fails the test when the demo no longer reads its message from the ConfigMap.
-func demoWithSecret(t *testing.T, secret string) string {
+// demoServingTheSecret returns manifests/demo/webapp.yaml with the web server answering
+// with API_TOKEN, which the demo reads from the Secret, instead of its message. It fails
+// the test when the demo no longer reads API_TOKEN from the Secret.
+func demoServingTheSecret(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "demo", "webapp.yaml"))
 	require.NoError(t, err)
-	const fromConfigMap = "configMapKeyRef:\n              name: webapp-config\n"
-	var deployment string
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		if strings.Contains(doc, "\nkind: Deployment\n") {
-			deployment = doc
-		}
+	demo := string(b)
+	const served, fromSecret = "- -text=$(MESSAGE)\n",
+		"- name: API_TOKEN\n          valueFrom:\n            secretKeyRef:\n              name: " + nodeSecret + "\n              key: " + nodeSecretKey + "\n"
+	require.Equal(t, 1, strings.Count(demo, served), "manifests/demo/webapp.yaml: the web server's argument")
+	require.Equal(t, 1, strings.Count(demo, fromSecret), "manifests/demo/webapp.yaml: API_TOKEN from the Secret")
+	return strings.Replace(demo, served, "- -text=$(API_TOKEN)\n", 1)
+}
+
+// secretValue returns the decoded value the Secret holds under nodeSecretKey.
+func secretValue(t *testing.T, ns string) string {
+	t.Helper()
+	var s struct {
+		Data map[string][]byte `json:"data"` // base64 in JSON
 	}
-	require.Equal(t, 1, strings.Count(deployment, fromConfigMap), "manifests/demo/webapp.yaml: the Deployment's message no longer comes from %q", fromConfigMap)
-	return strings.Replace(deployment, fromConfigMap, "secretKeyRef:\n              name: "+secret+"\n", 1)
+	getJSON(t, ns, &s, "secret", nodeSecret)
+	return string(s.Data[nodeSecretKey])
 }
 
 // secretRestartedFor returns the restarted-for annotation of the state ConfigMap the
@@ -77,19 +87,10 @@ func TestNodeSecretEnvServesTheNewValue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(key, b, 0o600))
 
-	// Created, not applied: apply would keep the plain value in an annotation.
-	value := "secret A " + randomSuffix()
-	kubectlStdin(t, fmt.Sprintf(`apiVersion: v1
-kind: Secret
-metadata:
-  name: %s
-  annotations:
-    %s: %q
-type: Opaque
-stringData:
-  message: %q
-`, nodeSecret, selectorAnnotation, webappSel, value), "create", "-n", ns, "-f", "-")
-	kubectlStdin(t, demoWithSecret(t, nodeSecret), "create", "-n", ns, "-f", "-")
+	// Created, not applied: apply would keep the Secret's value in an annotation.
+	kubectlStdin(t, demoServingTheSecret(t), "create", "-n", ns, "-f", "-")
+	value := secretValue(t, ns)
+	require.NotEmpty(t, value)
 
 	c := startController(t, controllerOpts{namespace: ns, extraEnv: []string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + key}})
 	c.WaitReady(t)
@@ -102,8 +103,9 @@ stringData:
 	// adopted as it is: wait for the adoption.
 	adopted := waitSecretRestartedFor(t, ns, "")
 
-	value = "secret B " + randomSuffix()
-	kubectl(t, "patch", "secret", nodeSecret, "-n", ns, "--type=merge", "-p", fmt.Sprintf(`{"stringData":{"message":%q}}`, value))
+	value = "rotated " + randomSuffix()
+	kubectl(t, "patch", "secret", nodeSecret, "-n", ns, "--type=merge", "-p", fmt.Sprintf(`{"stringData":{%q:%q}}`, nodeSecretKey, value))
+	require.Equal(t, value, secretValue(t, ns))
 
 	fresh := waitReplaced(t, ns, webappSel, old)
 	for name, body := range serve(t, fresh) {
