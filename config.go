@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
 	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/policy"
 	"github.com/k8spatterns/config-watcher/selector"
@@ -64,7 +65,7 @@ var settings = []setting{
 		c.Namespaces = nil
 		for _, ns := range strings.Split(v, ",") {
 			ns = strings.TrimSpace(ns)
-			if selector.ValidateDNSLabel(ns) != nil {
+			if k8sname.Label(ns) != nil {
 				return fmt.Errorf("%q is not a namespace name (a DNS-1123 label); give one, a comma-separated list, or *", ns)
 			}
 			if slices.Contains(c.Namespaces, ns) {
@@ -75,7 +76,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
-		if v != "" && selector.ValidateDNSLabel(v) != nil {
+		if v != "" && k8sname.Label(v) != nil {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
 		c.LeaseNamespace = v
@@ -132,7 +133,7 @@ var settings = []setting{
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
-		if selector.ValidateDNSSubdomain(v) != nil {
+		if k8sname.Subdomain(v) != nil {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
 		}
 		c.LeaseName = v

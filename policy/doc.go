@@ -3,6 +3,17 @@
 // restarts the pods one selects when they may not run its current data, so
 // that their controllers recreate them. docs/design.md explains it at length.
 //
+// # Two halves
+//
+// Observing (observe.go, state.go, object.go, annotations.go): the watches'
+// handlers keep one entry per annotated object, the view of it and of its
+// R and I, tombstones, and the state of Secrets; they never call the API,
+// and queue the keys that may need action. Acting (workers.go, queue.go,
+// round.go, waves.go, restart.go, sweep.go, pods.go, errors.go): workers
+// take keys, read the entry under the lock, and write to the API; what a
+// write changes goes back into the entry through the one rule of
+// entry.wrote and entry.apply. secret.go holds both sides for Secrets.
+//
 // # State model
 //
 // Per annotated ConfigMap or Secret, three values decide everything: D, the

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,11 +314,18 @@ func TestSecretRewrittenWholeByItsOwner(t *testing.T) {
 	secret.data = s2
 	sync(1)
 	assert.Len(t, api.deletedPods(), 3)
-	// The state ConfigMap's events come back, as they do on a watch.
-	for _, intent := range api.intents() {
-		handle(t, c, watch.Modified, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), intent))
-	}
-	handle(t, c, watch.Modified, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), ""))
+	// The state ConfigMap's events come back, as they do on a watch, at
+	// the revisions the writes answered.
+	api.mu.Lock()
+	rvs := append([]uint64(nil), api.patchRVs...)
+	api.mu.Unlock()
+	require.Len(t, rvs, 2)
+	intent := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), api.intents()[0])
+	intent.rv = strconv.FormatUint(rvs[0], 10)
+	record := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), "")
+	record.rv = strconv.FormatUint(rvs[1], 10)
+	handle(t, c, watch.Modified, intent)
+	handle(t, c, watch.Modified, record)
 	settle(t, c)
 	writes := len(api.seen(http.MethodPatch, "configmaps"))
 	sync(5)
@@ -467,4 +475,37 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOwnerSyncDuringARoundKeepsItsIntent ensures a Secret event that comes
+// during a round, before any event of its state ConfigMap, does not read as
+// the round's intent wiped: the intent is written once.
+func TestOwnerSyncDuringARoundKeepsItsIntent(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	var synced atomic.Bool
+	var c *Controller
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete && synced.CompareAndSwap(false, true) {
+			secret.annotations = map[string]string{"owner.example/synced": "1"}
+			handleSecret(t, c, watch.Modified, secret)
+		}
+		return 0, "", false
+	}
+	c = secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}, nil, []secretSpec{secret})
+	settle(t, c)
+	require.Equal(t, []string{secretHashOf(t, s1)}, api.recordedHashes(), "adopted: the state ConfigMap written, its event not seen")
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	assert.True(t, synced.Load())
+	assert.Len(t, api.deletedPods(), 3)
+	written := 0
+	for _, in := range api.intents() {
+		if in != "" { // "": the records remove I
+			written++
+		}
+	}
+	assert.Equal(t, 1, written, "the intent written once: %v", api.intents())
 }

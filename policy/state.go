@@ -11,9 +11,10 @@ type entry struct {
 	// the ConfigMap: new data under the same name counts as a change.
 	r digest
 	i intent
-	// written is the resourceVersion of our last write of R or I (of the
-	// object holding them): older events show them as they were before it.
-	written uint64
+	// written is our last write of R or I: R and I as they were right
+	// after it, at the revision the server answered (of the object holding
+	// them). Older views show them as they were before it.
+	written stored
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string
@@ -50,7 +51,7 @@ func (e *entry) decide(recordsOnServer bool) step {
 		return stepRound // some pods run I's data, some R's
 	case e.r.isZero() || (e.r == e.obj.hash && e.adopted):
 		return stepAdopt
-	case e.r == e.obj.hash && recordsOnServer && e.obj.stored.recorded != e.r:
+	case e.r == e.obj.hash && recordsOnServer && e.shown().recorded != e.r:
 		return stepRecord
 	case e.r == e.obj.hash:
 		return stepNothing
@@ -61,27 +62,27 @@ func (e *entry) decide(recordsOnServer bool) step {
 
 // apply takes a view of the object and of its stored R and I into the
 // entry; the caller has dropped views older than one applied. It holds the
-// one rule for our own writes of R and I against anyone else's: e.obj shows
-// them as the server has them after the later of that view and our last
-// write (wrote); a view older than our last write is that write's past, and
-// its R and I do not count; a newer one shows what others made of them.
+// one rule for our own writes of R and I against anyone else's: shown is R
+// and I as the server has them after the later of the views applied and
+// our last write (written); a view older than our last write is that
+// write's past, and its R and I do not count; a newer one shows what
+// others made of them.
 func (e *entry) apply(obj object) {
-	prev := e.obj.stored
+	prev := e.shown()
 	if e.obj.uid != obj.uid && obj.kind == kindConfigMap {
 		// A new ConfigMap under this name: its annotations start from
 		// nothing, but r still tells what the pods run. (A Secret's
 		// state ConfigMap outlives a replaced Secret.)
 		prev = stored{}
-		e.i, e.outdated, e.written = intent{}, "", 0
+		e.i, e.outdated, e.written = intent{}, "", stored{}
 	}
 	now := obj.stored
-	if now.version != 0 && now.version < e.written {
+	if now.before(e.written) {
 		// On its way before our last write (we may have written twice
 		// before the first write's event came back).
 		now.recorded, now.intent = prev.recorded, prev.intent
-		obj.stored = now
 	}
-	recorded := now.recorded != prev.recorded && !now.recorded.isZero()
+	recorded := now.recordsAnew(prev)
 	if recorded {
 		e.r = now.recorded
 	}
@@ -92,37 +93,65 @@ func (e *entry) apply(obj object) {
 	if e.i.present() && e.i.hash != obj.hash {
 		e.outdated = e.i.text
 	}
-	r := e.round
-	// A wipe: our intent gone with no record in its place, the object
-	// replaced whole with the same data (kubectl replace, a GitOps tool).
-	// The round goes on, and writes I again before its next restart.
-	wiped := r != nil && r.intent != "" && prev.intent.text == r.intent && !now.intent.present() && !recorded
-	// The round in memory ends on someone's record, someone else's intent,
-	// other data or another selector; every write checks first (current).
-	if r != nil && (recorded || (intentWritten && !wiped && !r.wrote(now.intent.text)) || r.hash != obj.hash || r.selector != obj.selector) {
-		e.round = nil
-	} else if wiped {
-		r.rewrite = true
+	if r := e.round; r != nil {
+		wiped := r.wipedBy(prev, now, recorded)
+		if r.endedBy(obj, now, recorded, intentWritten && !wiped) {
+			e.round = nil
+		} else if wiped {
+			r.rewrite = true
+		}
 	}
+	obj.stored = now
 	e.obj = obj
 }
 
-// wrote applies our own write of annotation (R, which removes I, or I) to
-// what e.obj shows, the server having answered at revision rv (0: memory
-// only), unless an event newer than the write was applied already: that
-// one shows the server's state.
+// shown is R and I as the server has them, as far as the entry knows: the
+// latest view applied, or our last write if it is newer.
+func (e *entry) shown() stored {
+	if e.written.version > e.obj.stored.version {
+		return e.written
+	}
+	return e.obj.stored
+}
+
+// before: st was on its way before write w, and shows w's past.
+func (st stored) before(w stored) bool { return st.version != 0 && st.version < w.version }
+
+// recordsAnew: st holds a record that prev did not, someone's (ours come
+// back as events too).
+func (st stored) recordsAnew(prev stored) bool {
+	return !st.recorded.isZero() && st.recorded != prev.recorded
+}
+
+// wipedBy: the round's intent is gone with no record in its place, the
+// object replaced whole with the same data (kubectl replace, a GitOps
+// tool). The round goes on, and writes I again before its next restart.
+func (r *round) wipedBy(prev, now stored, recorded bool) bool {
+	return r.intent != "" && prev.intent.text == r.intent && !now.intent.present() && !recorded
+}
+
+// endedBy: the round in memory is no longer current after view obj, whose
+// R and I are now: someone's record, someone else's intent (othersIntent:
+// an intent written that is not a wipe), other data or another selector.
+// Every write checks first (current).
+func (r *round) endedBy(obj object, now stored, recorded, othersIntent bool) bool {
+	return recorded || (othersIntent && !r.wrote(now.intent.text)) || r.hash != obj.hash || r.selector != obj.selector
+}
+
+// wrote takes our own write of annotation (R, which removes I, or I), the
+// server having answered at revision rv (0: memory only), as our last
+// write: R and I as they are right after it.
 func (e *entry) wrote(rv uint64, annotation, value string) {
-	if rv == 0 {
+	if rv == 0 || rv < e.written.version {
 		return
 	}
-	e.written = max(e.written, rv)
-	if e.obj.stored.version > rv {
-		return
-	}
+	st := e.shown()
 	if annotation == RestartedForAnnotation {
-		e.obj.stored.recorded, _ = parseDigest(value)
-		e.obj.stored.intent = intent{}
+		st.recorded, _ = parseDigest(value)
+		st.intent = intent{}
 	} else {
-		e.obj.stored.intent = parseIntent(value)
+		st.intent = parseIntent(value)
 	}
+	st.version = rv
+	e.written = st
 }
