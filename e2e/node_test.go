@@ -87,10 +87,16 @@ func (p nodePod) container(name string) (containerStatus, bool) {
 // nodePods lists the live (not terminating) pods of the node namespace matching selector.
 func nodePods(t *testing.T, selector string) []nodePod {
 	t.Helper()
+	return nodePodsIn(t, nodeNS, selector)
+}
+
+// nodePodsIn lists the live (not terminating) pods of ns matching selector.
+func nodePodsIn(t *testing.T, ns, selector string) []nodePod {
+	t.Helper()
 	var l struct {
 		Items []nodePod `json:"items"`
 	}
-	getJSON(t, nodeNS, &l, "pods", "-l", selector)
+	getJSON(t, ns, &l, "pods", "-l", selector)
 	var live []nodePod
 	for _, p := range l.Items {
 		if p.Metadata.DeletionTimestamp == nil {
@@ -100,12 +106,19 @@ func nodePods(t *testing.T, selector string) []nodePod {
 	return live
 }
 
-// waitReadyPods waits until exactly n live pods match selector and all are Ready.
+// waitReadyPods waits until exactly n live pods of the node namespace match selector
+// and all are Ready.
 func waitReadyPods(t *testing.T, selector string, n int) []nodePod {
 	t.Helper()
+	return waitReadyPodsIn(t, nodeNS, selector, n)
+}
+
+// waitReadyPodsIn waits until exactly n live pods of ns match selector and all are Ready.
+func waitReadyPodsIn(t *testing.T, ns, selector string, n int) []nodePod {
+	t.Helper()
 	var pods []nodePod
-	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready pods matching %s", n, selector), func() (bool, string) {
-		pods = nodePods(t, selector)
+	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready pods matching %s in %s", n, selector, ns), func() (bool, string) {
+		pods = nodePodsIn(t, ns, selector)
 		var state []string
 		ready := 0
 		for _, p := range pods {
@@ -363,6 +376,27 @@ func serve(t *testing.T, pods []nodePod) map[string]string {
 	return got
 }
 
+// waitReplaced waits until as many live pods of ns match selector as old holds, all
+// Ready and none of them one of old, and returns them.
+func waitReplaced(t *testing.T, ns, selector string, old []nodePod) []nodePod {
+	t.Helper()
+	var fresh []nodePod
+	eventually(t, nodeTimeout, fmt.Sprintf("%d Ready pods matching %s in %s, none of them an old one", len(old), selector, ns), func() (bool, string) {
+		fresh = nodePodsIn(t, ns, selector)
+		var state []string
+		ok := len(fresh) == len(old)
+		for _, p := range fresh {
+			for _, o := range old {
+				ok = ok && p.Metadata.UID != o.Metadata.UID
+			}
+			ok = ok && p.ready()
+			state = append(state, fmt.Sprintf("%s ready=%v", p.Metadata.Name, p.ready()))
+		}
+		return ok, strings.Join(state, ", ")
+	})
+	return fresh
+}
+
 // TestNodeDemoServesTheNewMessage is the book's demo, for real: the webapp serves the
 // ConfigMap's message; after a patch the controller deletes each old pod once and the
 // new pods serve the new message.
@@ -377,20 +411,7 @@ func TestNodeDemoServesTheNewMessage(t *testing.T) {
 	message := "message B " + randomSuffix()
 	mergePatch(t, nodeNS, "webapp-config", fmt.Sprintf(`{"data":{"message":%q}}`, message))
 
-	var fresh []nodePod
-	eventually(t, nodeTimeout, "two Ready webapp pods, none of them an old one", func() (bool, string) {
-		fresh = nodePods(t, webappSel)
-		var state []string
-		ok := len(fresh) == 2
-		for _, p := range fresh {
-			for _, o := range old {
-				ok = ok && p.Metadata.UID != o.Metadata.UID
-			}
-			ok = ok && p.ready()
-			state = append(state, fmt.Sprintf("%s ready=%v", p.Metadata.Name, p.ready()))
-		}
-		return ok, strings.Join(state, ", ")
-	})
+	fresh := waitReplaced(t, nodeNS, webappSel, old)
 	for name, body := range serve(t, fresh) {
 		assert.Equal(t, message, body, "pod %s after the change", name)
 	}
