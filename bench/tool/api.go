@@ -108,6 +108,19 @@ func parallel(n, workers int, fn func(i int) error) error {
 	return first
 }
 
+// progress returns a function to call once per item done: it prints a line at every
+// tenth of n, with the rate so far.
+func progress(what string, n int) func() {
+	var done atomic.Int64
+	start := time.Now()
+	step := int64(max(n/10, 1))
+	return func() {
+		if d := done.Add(1); d%step == 0 && d < int64(n) {
+			fmt.Printf("  %d of %d %s (%.0f/s)\n", d, n, what, float64(d)/time.Since(start).Seconds())
+		}
+	}
+}
+
 func configMap(name string, annotations map[string]string, data map[string]string) map[string]any {
 	return map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
@@ -159,6 +172,7 @@ func cmdCreate(args []string) error {
 	_ = fs.Parse(args)
 	a := api{*base}
 	value := strings.Repeat("key = some configuration value\n", *size/31+1)[:*size]
+	done := progress("ConfigMaps", *n)
 	start := time.Now()
 	err := parallel(*n, *workers, func(i int) error {
 		idx := *from + i
@@ -168,6 +182,9 @@ func cmdCreate(args []string) error {
 			ann = map[string]string{*annotation: "bench-mem=" + name}
 		}
 		_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(name, ann, map[string]string{"config": value}), "application/json", 201, 409)
+		if err == nil {
+			done()
+		}
 		return err
 	})
 	el := time.Since(start)
