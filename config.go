@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
 	"github.com/k8spatterns/config-watcher/leader"
 	"github.com/k8spatterns/config-watcher/policy"
 	"github.com/k8spatterns/config-watcher/selector"
@@ -29,6 +31,9 @@ type config struct {
 	LogLevel           slog.Level
 	PodName            string
 	RecordHash         bool
+	WatchSecrets       bool
+	DigestKeyFile      string
+	DigestKey          []byte // read from DigestKeyFile when WatchSecrets
 	Workers            int
 	ShutdownTimeout    time.Duration
 	RestartStrategy    string
@@ -60,7 +65,7 @@ var settings = []setting{
 		c.Namespaces = nil
 		for _, ns := range strings.Split(v, ",") {
 			ns = strings.TrimSpace(ns)
-			if selector.ValidateDNSLabel(ns) != nil {
+			if k8sname.Label(ns) != nil {
 				return fmt.Errorf("%q is not a namespace name (a DNS-1123 label); give one, a comma-separated list, or *", ns)
 			}
 			if slices.Contains(c.Namespaces, ns) {
@@ -71,7 +76,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
-		if v != "" && selector.ValidateDNSLabel(v) != nil {
+		if v != "" && k8sname.Label(v) != nil {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
 		c.LeaseNamespace = v
@@ -108,6 +113,11 @@ var settings = []setting{
 		return nil
 	}},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
+	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
+	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key (32 bytes or more) of the digests of Secret data; required with WATCH_SECRETS", func(c *config, v string) error {
+		c.DigestKeyFile = v
+		return nil
+	}},
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
@@ -123,7 +133,7 @@ var settings = []setting{
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
-		if selector.ValidateDNSSubdomain(v) != nil {
+		if k8sname.Subdomain(v) != nil {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
 		}
 		c.LeaseName = v
@@ -182,8 +192,19 @@ func oneOf(field func(c *config) *string, values ...string) func(c *config, v st
 	}
 }
 
-// validate checks what involves several settings, and fills LeaseNamespace.
+// validate checks what involves several settings, reads the digest key,
+// and fills LeaseNamespace.
 func (c *config) validate() error {
+	if c.WatchSecrets {
+		key, err := os.ReadFile(c.DigestKeyFile)
+		if err == nil && len(key) < policy.MinDigestKey {
+			err = fmt.Errorf("%d bytes, fewer than %d", len(key), policy.MinDigestKey)
+		}
+		if err != nil {
+			return fmt.Errorf("WATCH_SECRETS=true needs a digest key of %d bytes or more in DIGEST_KEY_FILE (%s): %w. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key --from-literal=key=\"$(head -c 32 /dev/urandom | base64)\"", policy.MinDigestKey, c.DigestKeyFile, err)
+		}
+		c.DigestKey = key
+	}
 	if !c.LeaderElect {
 		return nil
 	}

@@ -94,6 +94,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		ProgressDeadline:      cfg.ProgressDeadline,
 		MaxConcurrentRestarts: cfg.MaxConcurrent,
 		DryRun:                cfg.DryRun,
+		DigestKey:             cfg.DigestKey,
 	}
 	var recorder *events.Recorder
 	if cfg.Events {
@@ -122,7 +123,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		// not Ready with its grace: a frozen index must not decide), and is
 		// not part of readiness: without one a round lists pods first.
 		podMetrics := watch.NewMetricsFor(reg, "pod_index")
-		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap, and, for 30 s, those that lost their last one).")
+		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap or Secret, and, for 30 s, those that lost their last one).")
 		podLog := log.With("watch", "pods")
 		pods = podindex.NewNamespaces(podindex.NamespacesConfig{
 			Watch: func(ns string, h watch.Handler) *watch.ListWatcher {
@@ -130,13 +131,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			},
 			Indexed: func(n int) { indexed.Set(float64(n)) },
 		}, log)
-		pcfg.Pods = func(ns string) policy.PodIndex {
-			if x := pods.Cover(ns); x != nil {
-				return x
-			}
-			return nil // not a typed nil: the round lists first
-		}
-		pcfg.Annotated = pods.Annotated
+		pcfg.Pods = pods
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	watchMetrics := watch.NewMetrics(reg)
@@ -149,6 +144,19 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		// Paged lists decoded item by item: memory follows the largest
 		// ConfigMap, not the namespace (docs/memory.md).
 		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+	}
+	if cfg.WatchSecrets {
+		secretMetrics := watch.NewMetricsFor(reg, "secret")
+		secretLog := log.With("watch", "secrets")
+		for _, ns := range cfg.Namespaces {
+			path := apiclient.CoreClusterPath("secrets")
+			if ns != "" {
+				path = apiclient.CorePath(ns, "secrets", "")
+			}
+			// Helm keeps up to 1 MiB per release in Secrets no one
+			// annotates: the server leaves them out.
+			lws = append(lws, watch.New(watch.Config{Path: path, Kind: "Secret", FieldSelector: "type!=helm.sh/release.v1"}, client, ctrl.ForSecrets(ns), secretLog, secretMetrics))
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -170,7 +178,10 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "pod_index", cfg.PodIndex, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "pod_index", cfg.PodIndex, "watch_secrets", cfg.WatchSecrets, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
+	if cfg.WatchSecrets {
+		go reportSecretAccess(ctx, client, cfg.Namespaces, cfg.RecordHash && !cfg.DryRun, log)
+	}
 	var wg sync.WaitGroup
 	for _, lw := range lws {
 		wg.Go(func() { _ = lw.Run(ctx) })

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,10 @@ import (
 // environment variable, else its default, and that a bad value fails with
 // an error naming the variable.
 func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, shortKey := filepath.Join(dir, "key"), filepath.Join(dir, "short")
+	require.NoError(t, os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	require.NoError(t, os.WriteFile(shortKey, []byte("0123456789abcdef0123456789abcde"), 0o600))
 	tests := []struct {
 		name    string
 		args    []string
@@ -36,7 +41,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
-				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, Workers: 4, ShutdownTimeout: 10 * time.Second,
+				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, DigestKeyFile: "/etc/config-watcher/digest-key/key", Workers: 4, ShutdownTimeout: 10 * time.Second,
 				RestartStrategy: "delete", MaxUnavailable: policy.Budget{Percent: 25}, ProgressDeadline: 10 * time.Minute, MaxConcurrent: 10, PodIndex: true, Events: true,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
 		}},
@@ -108,6 +113,17 @@ func TestLoadConfig(t *testing.T) {
 		{name: "MaxUnavailableFractionRefused", env: map[string]string{"MAX_UNAVAILABLE": "2.5%"}, wantErr: "MAX_UNAVAILABLE"},
 		{name: "ProgressDeadlineBelowOneSecondRefused", env: map[string]string{"PROGRESS_DEADLINE": "500ms"}, wantErr: "PROGRESS_DEADLINE"},
 		{name: "EvictTimeoutRefusedWithItsReplacement", env: map[string]string{"EVICT_TIMEOUT": "5m"}, wantErr: "EVICT_TIMEOUT is replaced by PROGRESS_DEADLINE"},
+		{name: "WatchSecretsReadsTheDigestKey", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": keyFile},
+			check: func(t *testing.T, c config) {
+				assert.True(t, c.WatchSecrets)
+				assert.Equal(t, []byte("0123456789abcdef0123456789abcdef"), c.DigestKey)
+			}},
+		{name: "DigestKeyUnreadWithoutSecrets", env: map[string]string{"DIGEST_KEY_FILE": filepath.Join(dir, "absent")},
+			check: func(t *testing.T, c config) { assert.Nil(t, c.DigestKey) }},
+		{name: "WatchSecretsWithoutAKeyRefusedSayingHowToMakeOne", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": filepath.Join(dir, "absent")},
+			wantErr: `WATCH_SECRETS=true needs a digest key of 32 bytes or more in DIGEST_KEY_FILE (` + filepath.Join(dir, "absent") + `): open`},
+		{name: "WatchSecretsWithAShortKeyRefused", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": shortKey},
+			wantErr: "31 bytes, fewer than 32. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key"},
 		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {

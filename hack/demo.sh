@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The book's scenario, narrated, on a local control plane: a ConfigMap's data changes and
 # config-watcher deletes the pods of the Deployment that reads it, so that they come back
-# with the new configuration. Tears everything down on exit (also on Ctrl-C).
+# with the new configuration; then the same for a Secret the pods read, rotated once.
+# Tears everything down on exit (also on Ctrl-C).
 #
 # Usage: hack/demo.sh    (or: make demo)
 #
@@ -55,9 +56,12 @@ k() { "$kubectl" "$@"; }
 say "Building config-watcher and starting it, talking to the API through the ambassador"
 why "The controller only knows plain HTTP to $CW_PROXY_URL; kubectl proxy adds TLS and credentials."
 (cd "$repo" && go build -o "$work/config-watcher" .)
+# Secrets on, as the component manifests/secrets does: the key of their data digests is a
+# file here rather than a mounted Secret.
+head -c 32 /dev/urandom >"$work/digest-key"
 http_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 WATCH_NAMESPACE=default API_URL=$CW_PROXY_URL HTTP_ADDR=127.0.0.1:$http_port LOG_LEVEL=info POD_NAME=config-watcher-demo \
-	"$work/config-watcher" >"$work/config-watcher.log" 2>&1 &
+	WATCH_SECRETS=true DIGEST_KEY_FILE="$work/digest-key" "$work/config-watcher" >"$work/config-watcher.log" 2>&1 &
 pids+=("$!")
 # Process substitution keeps $! the pid of tail (not of sed), so teardown can stop it.
 tail -n +1 -F "$work/config-watcher.log" 2>/dev/null > >(sed -u "s/^/    ${dim}[config-watcher]${reset} /") &
@@ -68,14 +72,27 @@ for ((i = 0; i < 150; i++)); do
 	sleep 0.2
 done
 curl -fsS "http://127.0.0.1:$http_port/readyz" >/dev/null || cw_die "config-watcher not ready after 30 s"
-why "Ready: it listed the ConfigMaps in 'default' and is watching them."
+why "Ready: it listed the ConfigMaps and Secrets in 'default' and is watching them."
 
-say "Deploying the webapp: the webapp-config ConfigMap and the webapp Deployment"
+say "Deploying the webapp: the webapp-config ConfigMap, the webapp-credentials Secret, the webapp Deployment"
 run k apply -n default -k "$repo/manifests/demo/"
 why "The annotation k8spatterns.io/podDeleteSelector: app=webapp tells config-watcher which pods"
 why "to restart when this ConfigMap's data changes. Environment variables are read only at"
 why "container start, so the pods must be replaced to see new data."
 
+# wait_replaced waits until none of the pods in old is left and two others run, in now.
+wait_replaced() {
+	local gone=0 i p
+	for ((i = 0; i < 300; i++)); do
+		mapfile -t now < <(live_pods)
+		gone=1
+		for p in "${old[@]}"; do [[ " ${now[*]} " == *" $p "* ]] && gone=0; done
+		((gone == 1 && ${#now[@]} == 2)) && break
+		sleep 0.2
+	done
+	sleep 1
+	((gone == 1)) || cw_die "the old pods are still there after 60 s"
+}
 live_pods() { k get pods -n default -l app=webapp -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}'; }
 for ((i = 0; i < 300; i++)); do
 	(($(live_pods | grep -c .) == 2)) && break
@@ -103,17 +120,8 @@ why "config-watcher will see a MODIFIED event whose data hash differs from the r
 why "delete each pod matching app=webapp (once), and the Deployment's ReplicaSet creates new ones."
 run k patch configmap webapp-config -n default --type merge -p '{"data":{"message":"Hello, World"}}'
 
-gone=0
-for ((i = 0; i < 300; i++)); do
-	mapfile -t now < <(live_pods)
-	gone=1
-	for p in "${old[@]}"; do [[ " ${now[*]} " == *" $p "* ]] && gone=0; done
-	((gone == 1 && ${#now[@]} == 2)) && break
-	sleep 0.2
-done
-sleep 1
+wait_replaced
 kill "$watch_pid" 2>/dev/null || true
-((gone == 1)) || cw_die "the old pods are still there after 60 s"
 
 say "Result: two new pods, started after the change"
 run k get pods -n default -l app=webapp
@@ -145,3 +153,28 @@ if [[ "${after[*]}" == "${now[*]}" ]]; then
 else
 	why "Unexpected: the pods changed to ${after[*]}"
 fi
+
+say "Rotating the webapp's Secret: its pods restart too"
+why "The same annotation on the Secret webapp-credentials; the pods read its token as API_TOKEN."
+why "Nothing is written on the Secret: config-watcher keeps its state in a ConfigMap of its own,"
+why "config-watcher-secret.webapp-credentials, owned by the Secret, as a keyed digest (HMAC)."
+state='configmap/config-watcher-secret.webapp-credentials'
+for ((i = 0; i < 150; i++)); do
+	[[ -n $(k get "$state" -n default -o jsonpath="$annotation" 2>/dev/null) ]] && break
+	sleep 0.2
+done
+old=("${now[@]}")
+run k patch secret webapp-credentials -n default --type merge -p '{"stringData":{"token":"demo-token-2"}}'
+wait_replaced
+run k get pods -n default -l app=webapp
+printf '    old: %s\n    new: %s\n' "${old[*]}" "${now[*]}"
+why "The state ConfigMap's annotations (the digest is keyed: it cannot be tested against guesses):"
+# shellcheck disable=SC2016 # a Go template, not a shell expansion
+k get "$state" -n default -o go-template='{{range $k, $v := .metadata.annotations}}{{$k}}={{$v}}{{"\n"}}{{end}}' | sed 's/^/      /'
+why "The Event on the Secret names its resourceVersion, never a digest of its data:"
+for ((i = 0; i < 50; i++)); do
+	events=$(k get events -n default --field-selector involvedObject.kind=Secret,involvedObject.name=webapp-credentials -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message --no-headers 2>/dev/null || true)
+	[[ -n $events ]] && break
+	sleep 0.1
+done
+printf '%s\n' "${events:-(none yet)}" | sed 's/^/      /'

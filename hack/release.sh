@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes dist/ for a release (make release VERSION=vX.Y.Z [IMAGE=...]): the controller
 # built for linux/amd64 and linux/arm64, its images as one OCI index in the forms the
-# loaders take, install.yaml and install-cluster-wide.yaml pinned to the index by
+# loaders take, the install files (install.yaml, install-cluster-wide.yaml and each with
+# Secrets: install-secrets.yaml, install-cluster-wide-secrets.yaml) pinned to the index by
 # digest, an SPDX SBOM and SHA256SUMS. The assembler is hack/image (`image release`).
 #
 # Reproducible: the same commit and Go version give byte-identical dist/ on any machine.

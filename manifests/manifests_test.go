@@ -329,6 +329,15 @@ var violations = []violation{
 		delete(container(t, o, "app"), "env")
 		return o
 	}},
+	{"WebappIgnoresSecret", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
+		c := container(t, o, "app")
+		c["env"] = slices.DeleteFunc(list(c, "env"), func(e any) bool { return str(e, "valueFrom", "secretKeyRef", "name") != "" })
+		return o
+	}},
+	{"SecretSelectorMatchesNoPod", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
+		dig(find(t, o, "Secret", "webapp-credentials"), "metadata", "annotations").(map[string]any)[deleteSelector] = "app=web"
+		return o
+	}},
 }
 
 // TestChecksCatchViolations ensures each check reports a manifest broken in the way it
@@ -715,20 +724,24 @@ func checkDownwardAPI(objs []obj) []string {
 	return bad
 }
 
+// keyRefs are the env sources that read an object of each kind the controller watches.
+var keyRefs = map[string]string{"ConfigMap": "configMapKeyRef", "Secret": "secretKeyRef"}
+
 func checkDemoSelector(objs []obj) []string {
 	var bad []string
 	for _, cm := range objs {
-		if cm["kind"] != "ConfigMap" {
+		keyRef, watched := keyRefs[fmt.Sprint(cm["kind"])]
+		if !watched {
 			continue
 		}
 		sel := str(cm, "metadata", "annotations", deleteSelector)
 		if sel == "" {
-			bad = append(bad, fmt.Sprintf("ConfigMap %s lacks the %s annotation", nameOf(cm), deleteSelector))
+			bad = append(bad, fmt.Sprintf("%s %s lacks the %s annotation", cm["kind"], nameOf(cm), deleteSelector))
 			continue
 		}
 		want, err := equalitySelector(sel)
 		if err != nil {
-			bad = append(bad, fmt.Sprintf("ConfigMap %s: %v", nameOf(cm), err))
+			bad = append(bad, fmt.Sprintf("%s %s: %v", cm["kind"], nameOf(cm), err))
 			continue
 		}
 		matched := false
@@ -738,12 +751,12 @@ func checkDemoSelector(objs []obj) []string {
 			}
 			for _, c := range p.containers() {
 				for _, e := range list(c.c, "env") {
-					matched = matched || str(e, "valueFrom", "configMapKeyRef", "name") == nameOf(cm)
+					matched = matched || str(e, "valueFrom", keyRef, "name") == nameOf(cm)
 				}
 			}
 		}
 		if !matched {
-			bad = append(bad, fmt.Sprintf("ConfigMap %s: selector %q matches no pod template that reads it", nameOf(cm), sel))
+			bad = append(bad, fmt.Sprintf("%s %s: selector %q matches no pod template that reads it", cm["kind"], nameOf(cm), sel))
 		}
 	}
 	return bad

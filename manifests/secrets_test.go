@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +14,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// secretsRules are what the secrets component adds: no `get`, the controller never
-// reads one Secret by name.
-var secretsRules = []string{" secrets list", " secrets patch", " secrets watch"}
+// secretsRules are what the secrets component adds: no `get` (the controller never
+// reads one Secret by name), no `patch` (nothing is written on a Secret); `create` makes
+// the ConfigMap that holds a Secret's state.
+var secretsRules = []string{" configmaps create", " secrets list", " secrets watch"}
+
+// What the secrets component adds to the controller's pod: the setting, and the digest
+// key mounted read-only where DIGEST_KEY_FILE points by default
+// (/etc/config-watcher/digest-key/key), from a Secret the pod waits for (not optional).
+var (
+	secretsEnv = obj{"name": "WATCH_SECRETS", "value": "true"}
+	keyMount   = obj{"name": "digest-key", "mountPath": "/etc/config-watcher/digest-key", "readOnly": true}
+	keyVolume  = obj{"name": "digest-key", "secret": obj{
+		"secretName": "config-watcher-digest-key",
+		"items":      []any{obj{"key": "key", "path": "key"}},
+		"optional":   false,
+	}}
+)
 
 // secretsBuilds are the builds that include a secrets component, each with the
 // build it extends and the kind of role the component adds to; every other build
@@ -100,10 +115,12 @@ func TestNoBuildButTheSecretsOnesGrantsSecrets(t *testing.T) {
 	}
 }
 
-// TestSecretsComponentAddsListWatchPatchOnly ensures each build with a secrets component
-// renders exactly as the build it extends, except for list, watch and patch on secrets
-// in the role that component is for.
-func TestSecretsComponentAddsListWatchPatchOnly(t *testing.T) {
+// TestSecretsComponentAddsItsRulesSettingAndKeyOnly ensures each build with a secrets
+// component renders exactly as the build it extends, except for list and watch on
+// secrets and create on configmaps in the role that component is for, WATCH_SECRETS=true
+// on the controller and the digest key mounted into it; and that its pod is hardened
+// like every other.
+func TestSecretsComponentAddsItsRulesSettingAndKeyOnly(t *testing.T) {
 	for _, s := range secretsBuilds {
 		t.Run(s.dir, func(t *testing.T) {
 			with, without := render(t, s.dir), render(t, s.without)
@@ -116,9 +133,37 @@ func TestSecretsComponentAddsListWatchPatchOnly(t *testing.T) {
 				assert.Equal(t, want, grants(with, kind), "%s rules", kind)
 			}
 			assert.NotEmpty(t, checkNoSecrets(with), "the check sees the component's rule")
-			assert.Equal(t, withoutRules(t, without), withoutRules(t, with), "the component changes nothing but rules")
+			for _, c := range containerChecks {
+				assert.Empty(t, c.fn(with), c.name)
+			}
+			assert.Equal(t, withoutRules(t, without), withoutRules(t, withoutSecretsPod(t, with)),
+				"the component changes nothing but rules, WATCH_SECRETS and the key")
 		})
 	}
+}
+
+// withoutSecretsPod is a copy of objs without what the secrets component adds to the
+// controller's pod; it fails the test if any of that is missing.
+func withoutSecretsPod(t *testing.T, objs []obj) []obj {
+	t.Helper()
+	out := deepCopy(t, objs)
+	c := container(t, out, "config-watcher")
+	c["env"] = removeOne(t, list(c, "env"), secretsEnv, "env")
+	c["volumeMounts"] = removeOne(t, list(c, "volumeMounts"), keyMount, "volumeMounts")
+	if len(list(c, "volumeMounts")) == 0 {
+		delete(c, "volumeMounts")
+	}
+	spec := podSpec(t, out, "config-watcher")
+	spec["volumes"] = removeOne(t, list(spec, "volumes"), keyVolume, "volumes")
+	return out
+}
+
+// removeOne is l without its one element equal to want.
+func removeOne(t *testing.T, l []any, want obj, what string) []any {
+	t.Helper()
+	i := slices.IndexFunc(l, func(v any) bool { return reflect.DeepEqual(v, want) })
+	require.GreaterOrEqual(t, i, 0, "%s lacks %v: %v", what, want, l)
+	return slices.Delete(slices.Clone(l), i, i+1)
 }
 
 // withoutRules is a copy of objs with the rules of every role left out.

@@ -52,7 +52,7 @@ type covered struct {
 	w      *watch.ListWatcher
 	cancel context.CancelFunc // nil until started
 	listed bool               // its first list has ended
-	// timer, while the namespace has no annotated ConfigMap, ends the index;
+	// timer, while the namespace has no annotated object, ends the index;
 	// gen tells a timer that fired late from the current one.
 	timer Timer
 	gen   uint64
@@ -85,7 +85,7 @@ func (n *Namespaces) Run(ctx context.Context) {
 }
 
 // Annotated starts the index of namespace when it gains its first
-// annotated ConfigMap, and schedules its end when it loses its last one. It
+// annotated object, and schedules its end when it loses its last one. It
 // never blocks (policy calls it with its lock held).
 func (n *Namespaces) Annotated(namespace string, annotated bool) {
 	n.mu.Lock()
@@ -121,7 +121,7 @@ func (n *Namespaces) expire(c *covered, gen uint64) {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	n.log.Info("pod index: no annotated ConfigMap left; stopped indexing namespace", "namespace", c.name)
+	n.log.Info("pod index: no annotated object left; stopped indexing namespace", "namespace", c.name)
 	n.cfg.Indexed(len(n.covered))
 }
 
@@ -159,7 +159,7 @@ func (c *covered) EndList() {
 }
 
 // Cover returns the index of namespace if it can answer for it now: the
-// namespace holds (or held moments ago) an annotated ConfigMap, its first
+// namespace holds (or held moments ago) an annotated object, its first
 // list has ended and its watch stream is open. Otherwise nil: the round
 // lists pods first.
 func (n *Namespaces) Cover(namespace string) *Index {

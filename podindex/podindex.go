@@ -2,7 +2,7 @@
 // revisions; nothing of spec or status), fed by a metadata-only list + watch,
 // so that a round of restarts can begin the moment a ConfigMap changes. It is
 // never the last word: the round confirms with a consistent LIST, the sweep.
-// Namespaces keeps one index per namespace that holds an annotated ConfigMap.
+// Namespaces keeps one index per namespace that holds an annotated ConfigMap or Secret.
 // See "The pod index" in docs/design.md, and docs/pod-index.md.
 package podindex
 

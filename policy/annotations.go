@@ -18,35 +18,59 @@ const RestartingAnnotation = "config-watcher.k8spatterns.io/restarting"
 // A larger round writes "*": every selected pod.
 const maxIntentPods = 2000
 
-// digest is the SHA-256 of a ConfigMap's data (dataHash); zero is none.
-type digest [sha256.Size]byte
-
-const digestPrefix = "sha256:"
-
-// String is the annotation's form, "sha256:<64 hex digits>", or "" for none.
-func (d digest) String() string {
-	if d.isZero() {
-		return ""
-	}
-	return digestPrefix + hex.EncodeToString(d[:])
+// digest is D, R or I's data: the SHA-256 of a ConfigMap's data
+// (dataHash), or the HMAC-SHA256 of a Secret's (secretHash, keyed); zero is
+// none.
+type digest struct {
+	sum [sha256.Size]byte
+	// keyed: a Secret's. It is written only in the annotations of the
+	// Secret's state ConfigMap (text), and shown nowhere else.
+	keyed bool
 }
 
-// MarshalText gives the annotation's form to encoding/json and log/slog.
+const (
+	digestPrefix      = "sha256:"
+	keyedDigestPrefix = "hmac-sha256:"
+)
+
+// text is the annotation's form, "sha256:<64 hex digits>" or
+// "hmac-sha256:<64 hex digits>", or "" for none.
+func (d digest) text() string {
+	switch {
+	case d.isZero():
+		return ""
+	case d.keyed:
+		return keyedDigestPrefix + hex.EncodeToString(d.sum[:])
+	}
+	return digestPrefix + hex.EncodeToString(d.sum[:])
+}
+
+// String is the form for logs: the annotation's form, or nothing of a
+// Secret's data.
+func (d digest) String() string {
+	if d.keyed {
+		return "(not shown: Secret data)"
+	}
+	return d.text()
+}
+
+// MarshalText gives String to encoding/json and log/slog.
 func (d digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-func (d digest) isZero() bool { return d == digest{} }
-
-func (d digest) short() string { return truncate(d.String(), len(digestPrefix)+12) }
+func (d digest) isZero() bool { return d.sum == [sha256.Size]byte{} }
 
 // parseDigest reads the annotation's form. The all-zero digest (only a hand
 // edit writes it) is not one.
 func parseDigest(s string) (digest, bool) {
 	var d digest
 	text, ok := strings.CutPrefix(s, digestPrefix)
-	if !ok || len(text) != hex.EncodedLen(len(d)) {
+	if !ok {
+		text, d.keyed = strings.CutPrefix(s, keyedDigestPrefix)
+	}
+	if (!ok && !d.keyed) || len(text) != hex.EncodedLen(len(d.sum)) {
 		return digest{}, false
 	}
-	if _, err := hex.Decode(d[:], []byte(text)); err != nil {
+	if _, err := hex.Decode(d.sum[:], []byte(text)); err != nil {
 		return digest{}, false
 	}
 	return d, !d.isZero()
@@ -73,7 +97,7 @@ func newIntent(hash digest, pods []podRef) intent {
 		}
 		uids = strings.Join(names, ",")
 	}
-	return parseIntent(hash.String() + "/" + uids)
+	return parseIntent(hash.text() + "/" + uids)
 }
 
 // parseIntent reads the annotation. One that cannot be read is still an

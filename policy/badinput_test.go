@@ -125,9 +125,9 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		return map[string]string{"blob": base64.StdEncoding.EncodeToString([]byte(s))}
 	}
 	shapeHash := func(t *testing.T, raw string) string {
-		cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
+		cm, err := parseObject([]byte(raw), kindConfigMap, DefaultSelectorAnnotation, nil)
 		require.NoError(t, err)
-		return cm.hash.String()
+		return cm.hash.text()
 	}
 	const head = `{"kind":"ConfigMap","metadata":{"name":"webapp-config","namespace":"ns","uid":"cm-uid-1","resourceVersion":"42","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"`
 
@@ -153,9 +153,9 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		c, m := newTestController(t, api.client(), Config{RecordHash: true})
 		start(t, c)
-		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
+		old, err := parseObject(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), kindConfigMap, DefaultSelectorAnnotation, nil)
 		require.NoError(t, err)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.String(), binaryData: bin("two")})
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.text(), binaryData: bin("two")})
 		settle(t, c)
 		assert.Len(t, api.deletedPods(), 3)
 		assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
@@ -164,9 +164,9 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
 		start(t, c)
-		old, err := parseConfigMap(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), DefaultSelectorAnnotation)
+		old, err := parseObject(cmSpec{selector: ptr("app=webapp"), binaryData: bin("one")}.json(t), kindConfigMap, DefaultSelectorAnnotation, nil)
 		require.NoError(t, err)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.String(), binaryData: bin("one")})
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: old.hash.text(), binaryData: bin("one")})
 		settle(t, c)
 		assert.Empty(t, api.requests)
 	})
@@ -249,9 +249,9 @@ func TestBadInputRepeatedEvents(t *testing.T) {
 	settle(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2}) // our record
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
-	c.all.BeginList()
+	c.all[kindConfigMap].BeginList()
 	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v2})
-	c.all.EndList()
+	c.all[kindConfigMap].EndList()
 	settle(t, c)
 	assert.Len(t, api.deletedPods(), 3)
 	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))

@@ -120,9 +120,9 @@ func TestNoActionWithoutDataChange(t *testing.T) {
 // binaryData, always changes it.
 func TestHashIgnoresKeyOrderAndEscaping(t *testing.T) {
 	digest := func(raw string) string {
-		cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
+		cm, err := parseObject([]byte(raw), kindConfigMap, DefaultSelectorAnnotation, nil)
 		require.NoError(t, err)
-		return cm.hash.String()
+		return cm.hash.text()
 	}
 	const meta = `"metadata":{"name":"c","namespace":"ns"}`
 	same := []string{
@@ -432,11 +432,11 @@ func TestEndListForgetsDeleted(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
 	start(t, c)
-	c.all.BeginList()
+	c.all[kindConfigMap].BeginList()
 	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
-	c.all.EndList()
-	c.all.BeginList() // deleted while the history was lost
-	c.all.EndList()
+	c.all[kindConfigMap].EndList()
+	c.all[kindConfigMap].BeginList() // deleted while the history was lost
+	c.all[kindConfigMap].EndList()
 	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
 	settle(t, c)
 	assert.Len(t, api.deletedPods(), 3)
@@ -553,9 +553,9 @@ func TestRelistOfUnchangedObjectsKeepsThem(t *testing.T) {
 	c, _ := newTestController(t, api.client(), Config{RecordHash: false})
 	start(t, c)
 	for range 3 {
-		c.all.BeginList()
+		c.all[kindConfigMap].BeginList()
 		handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v1, rv: "10"})
-		c.all.EndList()
+		c.all[kindConfigMap].EndList()
 	}
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), data: v2, rv: "11"})
 	settle(t, c)
@@ -588,9 +588,9 @@ func TestListScopedToNamespace(t *testing.T) {
 func TestAnnotatedNamespacesAreReported(t *testing.T) {
 	var calls []string
 	api := newFakeAPI(t)
-	c, _ := newTestController(t, api.client(), Config{Annotated: func(ns string, on bool) {
+	c, _ := newTestController(t, api.client(), Config{Pods: oneIndex{annotated: func(ns string, on bool) {
 		calls = append(calls, fmt.Sprintf("%s=%v", ns, on))
-	}})
+	}}})
 	a := cmSpec{name: "a", uid: "uid-a", selector: ptr("app=a"), data: v1}
 	b := cmSpec{name: "b", uid: "uid-b", selector: ptr("app=b"), data: v1}
 
@@ -607,8 +607,8 @@ func TestAnnotatedNamespacesAreReported(t *testing.T) {
 	assert.Equal(t, []string{"ns=true", "ns=false"}, calls, "the last one deleted")
 
 	handle(t, c, watch.Added, b)
-	c.all.BeginList()
-	c.all.EndList()
+	c.all[kindConfigMap].BeginList()
+	c.all[kindConfigMap].EndList()
 	assert.Equal(t, []string{"ns=true", "ns=false", "ns=true", "ns=false"}, calls, "missing from a relist")
 }
 

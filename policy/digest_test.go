@@ -15,9 +15,9 @@ import (
 func digestOf(t *testing.T, data map[string]string) string {
 	raw, err := json.Marshal(map[string]any{"metadata": map[string]string{"name": "c", "namespace": "n"}, "data": data})
 	require.NoError(t, err)
-	cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+	cm, err := parseObject(raw, kindConfigMap, DefaultSelectorAnnotation, nil)
 	require.NoError(t, err)
-	return cm.hash.String()
+	return cm.hash.text()
 }
 
 // FuzzDataHashUnambiguous ensures two ConfigMaps hash alike exactly when
@@ -72,7 +72,7 @@ func BenchmarkParseConfigMap(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
-				if _, err := parseConfigMap(raw, DefaultSelectorAnnotation); err != nil {
+				if _, err := parseObject(raw, kindConfigMap, DefaultSelectorAnnotation, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -86,10 +86,10 @@ func BenchmarkParseConfigMap(b *testing.B) {
 func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
 	raw := []byte(`{"metadata":{"name":"cfg","namespace":"ns","uid":"u-1","annotations":{"` + DefaultSelectorAnnotation + `":"app=web","` +
 		RestartingAnnotation + `":"sha256:` + strings.Repeat("ab", 32) + `/u-7"}},"data":{"k":"v"}}`)
-	cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+	cm, err := parseObject(raw, kindConfigMap, DefaultSelectorAnnotation, nil)
 	require.NoError(t, err)
 	want := cm
-	want.intent = parseIntent(strings.Clone(cm.intent.text))
+	want.stored.intent = parseIntent(strings.Clone(cm.stored.intent.text))
 	for i := range raw {
 		raw[i] = 'x'
 	}
@@ -98,7 +98,7 @@ func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
 	assert.Equal(t, "ns", cm.namespace)
 	assert.Equal(t, "u-1", cm.uid)
 	assert.Equal(t, "app=web", cm.selector)
-	assert.True(t, cm.intent.has("u-7"))
+	assert.True(t, cm.stored.intent.has("u-7"))
 }
 
 // FuzzParseConfigMap ensures no input makes reading an object panic, and
@@ -110,7 +110,7 @@ func FuzzParseConfigMap(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"data":{"a":"`))
 	f.Add([]byte(`{"metadata":{"name":"c","namespace":"n"},"binaryData":{"k":"AAE="},"data":"x"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		cm, err := parseConfigMap(raw, DefaultSelectorAnnotation)
+		cm, err := parseObject(raw, kindConfigMap, DefaultSelectorAnnotation, nil)
 		if err != nil {
 			return
 		}
@@ -120,7 +120,7 @@ func FuzzParseConfigMap(f *testing.F) {
 		}
 		again, err := json.Marshal(obj)
 		require.NoError(t, err)
-		cm2, err := parseConfigMap(again, DefaultSelectorAnnotation)
+		cm2, err := parseObject(again, kindConfigMap, DefaultSelectorAnnotation, nil)
 		require.NoError(t, err)
 		if apiShaped(obj) && !hasDuplicateKeys(raw, obj) && cm.hash != cm2.hash {
 			t.Fatalf("digest changed after re-encoding %s as %s", raw, again)
@@ -198,9 +198,9 @@ func TestDigestIsPinned(t *testing.T) {
 		{"Whitespace", "{ " + meta + " , \"data\" : { \"a\" : \"1\" ,\n\t\"b\":\"2\" } }", "sha256:26f5cb22fb53c1cd5699e0081d2ed546ba52e2954180fbb0696b81a10ebb411a"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cm, err := parseConfigMap([]byte(tt.raw), DefaultSelectorAnnotation)
+			cm, err := parseObject([]byte(tt.raw), kindConfigMap, DefaultSelectorAnnotation, nil)
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, cm.hash.String())
+			assert.Equal(t, tt.want, cm.hash.text())
 		})
 	}
 }
@@ -225,9 +225,9 @@ func TestDigestReadsInvalidUTF8AsTheServerServesIt(t *testing.T) {
 			var obj struct{ Data map[string]string }
 			require.NoError(t, json.Unmarshal([]byte(raw), &obj))
 			require.Equal(t, map[string]string{tt.served: tt.served}, obj.Data, "the served form is encoding/json's")
-			cm, err := parseConfigMap([]byte(raw), DefaultSelectorAnnotation)
+			cm, err := parseObject([]byte(raw), kindConfigMap, DefaultSelectorAnnotation, nil)
 			require.NoError(t, err)
-			assert.Equal(t, digestOf(t, obj.Data), cm.hash.String())
+			assert.Equal(t, digestOf(t, obj.Data), cm.hash.text())
 		})
 	}
 }
@@ -244,9 +244,9 @@ func TestDigestOfRecordedEventsIsPinned(t *testing.T) {
 			raw, err := os.ReadFile("../testdata/recorded/" + tt.file)
 			require.NoError(t, err)
 			line, _, _ := strings.Cut(string(raw), "\n")
-			cm, err := parseConfigMap([]byte(gjson.Get(line, "object").Raw), DefaultSelectorAnnotation)
+			cm, err := parseObject([]byte(gjson.Get(line, "object").Raw), kindConfigMap, DefaultSelectorAnnotation, nil)
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, cm.hash.String())
+			assert.Equal(t, tt.want, cm.hash.text())
 		})
 	}
 }

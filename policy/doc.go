@@ -1,18 +1,32 @@
-// Package policy decides and carries out pod restarts for ConfigMap data
-// changes: it observes ConfigMaps (as a watch.Handler), and restarts the
-// pods a ConfigMap selects when they may not run its current data, so that
-// their controllers recreate them. docs/design.md explains it at length.
+// Package policy decides and carries out pod restarts for ConfigMap and
+// Secret data changes: it observes them (its scopes are watch.Handlers), and
+// restarts the pods one selects when they may not run its current data, so
+// that their controllers recreate them. docs/design.md explains it at length.
+//
+// # Two halves
+//
+// Observing (observe.go, state.go, object.go, annotations.go): the watches'
+// handlers keep one entry per annotated object, the view of it and of its
+// R and I, tombstones, and the state of Secrets; they never call the API,
+// and queue the keys that may need action. Acting (workers.go, queue.go,
+// round.go, waves.go, restart.go, sweep.go, pods.go, errors.go): workers
+// take keys, read the entry under the lock, and write to the API; what a
+// write changes goes back into the entry through the one rule of
+// entry.wrote and entry.apply. secret.go holds both sides for Secrets.
 //
 // # State model
 //
-// Per annotated ConfigMap, three values decide everything: D, the digest of
-// the data now; R (RestartedForAnnotation), the data every selected pod runs
-// unless a round is in progress; I (RestartingAnnotation), a round for
-// I.hash that began over the pods it names (pods created after it began run
-// I.hash). With RECORD_HASH=false or in a dry run, R and I live in memory
-// only. decide (state.go) maps them to one step:
+// Per annotated ConfigMap or Secret, three values decide everything: D, the
+// digest of the data now; R (RestartedForAnnotation), the data every
+// selected pod runs unless a round is in progress; I (RestartingAnnotation),
+// a round for I.hash that began over the pods it names (pods created after
+// it began run I.hash). A ConfigMap carries R and I itself; a Secret's live
+// in its state ConfigMap (secret.go), never on the Secret. With
+// RECORD_HASH=false or in a dry run, R and I live in memory only. decide
+// (state.go) maps them to one step:
 //
 //	state                                    step
+//	a Secret's state ConfigMap not listed    nothing yet: its absence may only be late
 //	a round for D runs here                  continue it (retries restart only what is left; I again if wiped)
 //	I for D, not outdated                    resume: restart the pods I names that still exist
 //	I for other data, or outdated            new round over every selected pod: pods are mixed

@@ -76,16 +76,16 @@ func (r *refusal) Unwrap() error { return r.err }
 // refused makes a refused write visible and returns the error that retries
 // it with backoff. resource names the write's object ("configmaps",
 // "pods/eviction") and need the RBAC rule it takes.
-func (c *Controller) refused(cm configMap, verb, resource, need string, err error) error {
+func (c *Controller) refused(obj object, verb, resource, need string, err error) error {
 	noun, _, _ := strings.Cut(resource, "/")
-	fix := fmt.Sprintf("RBAC: the controller may not %s %s in %s (needs %s)", verb, noun, cm.namespace, need)
+	fix := fmt.Sprintf("RBAC: the controller may not %s %s in %s (needs %s)", verb, noun, obj.namespace, need)
 	if msg := err.Error(); strings.Contains(msg, "admission") || strings.Contains(msg, "AdmissionPolicy") || strings.Contains(msg, "denied request") {
-		fix = fmt.Sprintf("an admission policy refuses to let the controller %s %s in %s: exempt its service account, or change the policy", verb, noun, cm.namespace)
+		fix = fmt.Sprintf("an admission policy refuses to let the controller %s %s in %s: exempt its service account, or change the policy", verb, noun, obj.namespace)
 	} else if !apiclient.IsForbidden(err) {
-		fix = fmt.Sprintf("the server refuses to let the controller %s %s in %s as invalid: see the error", verb, noun, cm.namespace)
+		fix = fmt.Sprintf("the server refuses to let the controller %s %s in %s as invalid: see the error", verb, noun, obj.namespace)
 	}
 	c.metrics.WritesRefused.Inc(resource)
-	c.log.Error("write refused; will retry", "namespace", cm.namespace, "configmap", cm.name, "write", verb+" "+resource, "fix", fix, "err", err)
-	c.event(cm, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
+	c.log.Error("write refused; will retry", "namespace", obj.namespace, obj.kind.logKey(), obj.name, "write", verb+" "+resource, "fix", fix, "err", err)
+	c.event(obj, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
 	return &refusal{fmt.Errorf("%s: %w", fix, err)}
 }

@@ -62,7 +62,7 @@ func BenchmarkEventPath(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					cm, err := parseConfigMap(ev.Object, DefaultSelectorAnnotation)
+					cm, err := parseObject(ev.Object, kindConfigMap, DefaultSelectorAnnotation, nil)
 					if err != nil || cm.hash.isZero() || !cm.hasSelector {
 						b.Fatalf("parse: %v %+v", err, cm)
 					}

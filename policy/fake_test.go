@@ -421,9 +421,9 @@ func (s cmSpec) json(t *testing.T) []byte {
 
 // hashOf is the digest the controller computes for a ConfigMap's data.
 func hashOf(t *testing.T, data map[string]string) string {
-	cm, err := parseConfigMap(cmSpec{data: data, selector: ptr("app=x")}.json(t), DefaultSelectorAnnotation)
+	cm, err := parseObject(cmSpec{data: data, selector: ptr("app=x")}.json(t), kindConfigMap, DefaultSelectorAnnotation, nil)
 	require.NoError(t, err)
-	return cm.hash.String()
+	return cm.hash.text()
 }
 
 // DefaultSelectorAnnotation is the book's annotation, used by the tests.

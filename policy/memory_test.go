@@ -95,7 +95,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 			for i := range n {
 				synced[i] = syntheticConfigMap(i, 1000+i, "")
 				if i%2 == 0 {
-					cm, err := parseConfigMap(synced[i], DefaultSelectorAnnotation)
+					cm, err := parseObject(synced[i], kindConfigMap, DefaultSelectorAnnotation, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -118,7 +118,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 					key, _ := c.queue.Get()
 					c.mu.Lock()
 					e := c.entries[key]
-					e.r, e.adopted = e.cm.hash, false // adopted and recorded, as record does
+					e.r, e.adopted = e.obj.hash, false // adopted and recorded, as record does
 					c.mu.Unlock()
 					c.queue.Done(key)
 				}

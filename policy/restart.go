@@ -25,7 +25,7 @@ const (
 // restartAll restarts the round's pods at the indexes which, at most
 // MaxConcurrentRestarts requests at a time (0: all at once). A pod that
 // fails stays pending, so a retried round restarts only those.
-func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r *round, which []int, log *slog.Logger) error {
+func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *round, which []int, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(which)
@@ -47,7 +47,7 @@ func (c *Controller) restartAll(ctx context.Context, key string, cm configMap, r
 		r.sent = true
 		wg.Go(func() {
 			defer func() { <-sem }()
-			state, err := c.restartPod(ctx, key, cm, r, i, log)
+			state, err := c.restartPod(ctx, key, obj, r, i, log)
 			if err != nil {
 				fail(err)
 				return
@@ -76,7 +76,7 @@ const maxConflicts = 5
 // re-read waits for the next wave, which counts it again. An eviction a
 // disruption budget refuses stays pending for the next wave: the round
 // halts if that lasts ProgressDeadline (waves.go).
-func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r *round, i int, log *slog.Logger) (podState, error) {
+func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, log *slog.Logger) (podState, error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
 	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
@@ -85,10 +85,10 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 	}
 	log = log.With("pod", pod.name)
 	for conflicts := 0; ; {
-		if err := c.current(ctx, key, cm, r); err != nil {
+		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
 		}
-		answer, err := c.sendRestart(ctx, cm.namespace, *pod)
+		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
 		switch classify(err) {
 		case answerOK:
 			if c.cfg.DryRun {
@@ -109,7 +109,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 		case answerBusy:
 			if !evict {
 				count("error")
-				return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, cm.namespace, pod.name, err)
+				return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
 			}
 			count("blocked")
 			log.Info("eviction not allowed yet (disruption budget); trying again in the next wave", "outcome", "blocked", "err", err)
@@ -117,25 +117,25 @@ func (c *Controller) restartPod(ctx context.Context, key string, cm configMap, r
 			return podPending, nil
 		case answerConflict:
 			count("conflict")
-			if since, ok := r.indexedTermination(ctx, cm.namespace, pod.uid); ok {
+			if since, ok := r.indexedTermination(ctx, obj.namespace, pod.uid); ok {
 				// Our DELETE took effect though its answer was lost.
 				r.indexed.noteDeleted(pod.uid, since)
 				log.Info("pod terminating since our deletion", "outcome", "deleted")
 				return podRestarted, nil
 			}
 			if conflicts++; conflicts > maxConflicts {
-				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, cm.namespace, pod.name, conflicts, err)
+				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, obj.namespace, pod.name, conflicts, err)
 			}
-			if st, again, err := c.judgeAgain(ctx, cm.namespace, r, pod, log); !again {
+			if st, again, err := c.judgeAgain(ctx, obj.namespace, r, pod, log); !again {
 				return st, err
 			}
 		case answerRefused:
 			count("error")
-			return podPending, c.refused(cm, verb, resource, "verb "+permission, err)
+			return podPending, c.refused(obj, verb, resource, "verb "+permission, err)
 		default:
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
-			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, cm.namespace, pod.name, err)
+			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
 		}
 	}
 }

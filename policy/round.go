@@ -100,8 +100,8 @@ var (
 // current is the one currency check, asked before every write (intent,
 // each restart and retry, record): nil if this replica may act and round
 // r (nil for an adoption or a record without a round) is still the current
-// one for the ConfigMap as cm shows it.
-func (c *Controller) current(ctx context.Context, key string, cm configMap, r *round) error {
+// one for the ConfigMap as obj shows it.
+func (c *Controller) current(ctx context.Context, key string, obj object, r *round) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (c *Controller) current(ctx context.Context, key string, cm configMap, r *r
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	switch {
-	case e == nil || !e.exists || e.cm.uid != cm.uid || e.cm.hash != cm.hash || e.cm.selector != cm.selector:
+	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.hash != obj.hash || e.obj.selector != obj.selector:
 		return errSuperseded
 	case r == nil:
 		return nil
@@ -137,38 +137,38 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.mu.Unlock()
 		return resultGone, 0, nil
 	}
-	step, cm, r, left, last := e.decide(c.recordsOnServer()), e.cm, e.round, e.i, e.last
+	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	c.mu.Unlock()
-	log := c.log.With("namespace", cm.namespace, "configmap", cm.name)
+	log := c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name)
 
 	switch step {
 	case stepNothing:
-		if last != nil && last.hash == cm.hash {
-			after, err = c.takeLastLook(ctx, key, cm, last, log)
+		if last != nil && last.hash == obj.hash {
+			after, err = c.takeLastLook(ctx, key, obj, last, log)
 		}
 		return resultUnchanged, after, err
 	case stepRecord, stepAdopt:
-		err := c.record(ctx, key, cm, nil)
+		err := c.record(ctx, key, obj, nil)
 		switch {
 		case errors.Is(err, errSuperseded):
 			return resultUnchanged, 0, nil
 		case err != nil:
 			return resultError, 0, err
 		case step == stepAdopt:
-			log.Info("adopted configmap", "hash", cm.hash)
+			log.Info("adopted", obj.dataAttr())
 			return resultAdopted, 0, nil
 		}
 		return resultUnchanged, 0, nil
 	}
 
 	// stepContinue, stepResume or stepRound.
-	sel, err := selector.Parse(cm.selector)
+	sel, err := selector.Parse(obj.selector)
 	if err != nil {
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
-		log.Error("refusing to restart pods: invalid selector", "selector", truncate(cm.selector, 256), "err", err)
-		c.event(cm, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(cm.selector, 256), err))
+		log.Error("refusing to restart pods: invalid selector", "selector", truncate(obj.selector, 256), "err", err)
+		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(obj.selector, 256), err))
 		return resultRefused, 0, nil
 	}
 	log = log.With("selector", sel.String())
@@ -177,12 +177,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		if r, err = c.beginRound(ctx, key, cm, sel, resume, log); errors.Is(err, errSuperseded) {
+		if r, err = c.beginRound(ctx, key, obj, sel, resume, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
 	}
 	if err == nil {
-		err = c.runRound(ctx, key, cm, r, log)
+		err = c.runRound(ctx, key, obj, r, log)
 	}
 	if errors.Is(err, errWaiting) {
 		if r.halted {
@@ -191,22 +191,22 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		return resultWaiting, c.wavePoll, nil
 	}
 	if err == nil {
-		err = c.record(ctx, key, cm, r)
+		err = c.record(ctx, key, obj, r)
 	}
 	if errors.Is(err, errSuperseded) {
-		log.Info("round superseded by a newer change", "hash", cm.hash)
+		log.Info("round superseded by a newer change", obj.dataAttr())
 		return resultUnchanged, 0, nil
 	}
 	if err != nil {
-		c.roundFailed(cm, err)
+		c.roundFailed(obj, err)
 		return resultError, 0, err
 	}
 	restarted := r.count(podRestarted)
-	log.Info("pods restarted", "hash", cm.hash, "pods", restarted)
+	log.Info("pods restarted", obj.dataAttr(), "pods", restarted)
 	if c.cfg.DryRun {
-		c.event(cm, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for data %s (dry run: nothing changed)", restarted, sel, cm.hash.short()))
+		c.event(obj, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for %s (dry run: nothing changed)", restarted, sel, obj.dataName()))
 	} else {
-		c.event(cm, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for data %s", restarted, sel, cm.hash.short()))
+		c.event(obj, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for %s", restarted, sel, obj.dataName()))
 		return resultRestarted, c.cfg.ProgressDeadline, nil // the last look (lastLook)
 	}
 	return resultRestarted, 0, nil
@@ -215,16 +215,16 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 // runRound takes the round one wave further, or, begun from the index,
 // restarts its pods at once and sweeps; a wiped intent is written again and
 // the round goes on.
-func (c *Controller) runRound(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+func (c *Controller) runRound(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	for rewrites := 0; ; rewrites++ {
 		if rewrites > maxRewrites {
 			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
 		}
 		var err error
 		if r.indexed == nil {
-			err = c.wave(ctx, key, cm, r, log)
+			err = c.wave(ctx, key, obj, r, log)
 		} else {
-			err = c.restartIndexed(ctx, key, cm, r, log)
+			err = c.restartIndexed(ctx, key, obj, r, log)
 		}
 		if !errors.Is(err, errIntentLost) {
 			return err
@@ -256,19 +256,19 @@ func (r *round) wrote(text string) bool {
 // those its intent names (the others were created after it began, with this
 // data). The round is kept from here on, so that a retry does not take pods
 // created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
-	r := &round{hash: cm.hash, selector: cm.selector, sel: sel, resumed: resume != nil, only: resume}
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
+	r := &round{hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, only: resume}
 	if resume != nil {
 		r.intent = resume.text
 	} else if c.cfg.MaxUnavailable.Percent == 100 {
-		r.pods, r.indexed = c.fromIndex(cm.namespace, sel)
+		r.pods, r.indexed = c.fromIndex(obj.namespace, sel)
 	}
 	if r.indexed != nil {
 		r.state = make([]podState, len(r.pods))
-		log.Info("data changed; restarting pods", "hash", cm.hash, "pods", len(r.pods), "from_index", true)
+		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "from_index", true)
 	}
 
-	if err := c.current(ctx, key, cm, nil); err != nil {
+	if err := c.current(ctx, key, obj, nil); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -281,30 +281,30 @@ func (c *Controller) beginRound(ctx context.Context, key string, cm configMap, s
 	return r, nil
 }
 
-// writeIntent writes I: round r for cm.hash over pods. An intent too large
+// writeIntent writes I: round r for obj.hash over pods. An intent too large
 // for the annotations falls back to the form that names no pods. Found
 // superseded after the write, a round that has restarted nothing removes
 // the intent again: no pod ran its data, and left behind it would read as
 // pods mixed.
-func (c *Controller) writeIntent(ctx context.Context, key string, cm configMap, r *round, pods []podRef, log *slog.Logger) error {
-	in := newIntent(cm.hash, pods)
-	err := c.writeIntentText(ctx, key, cm, r, in)
+func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r *round, pods []podRef, log *slog.Logger) error {
+	in := newIntent(obj.hash, pods)
+	err := c.writeIntentText(ctx, key, obj, r, in)
 	if errors.Is(err, errIntentTooLong) && !in.all {
-		coarse := parseIntent(cm.hash.String() + "/*")
+		coarse := parseIntent(obj.hash.text() + "/*")
 		log.Warn("intent naming the round's pods is over the annotation size limit; writing the form that names none", "pods", len(pods))
-		c.event(cm, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote %s/* instead: if this round is cut short, the next one restarts every selected pod.", len(pods), cm.hash.short()))
+		c.event(obj, events.Warning, "IntentTooLarge", fmt.Sprintf("The intent naming %d pod(s) does not fit in the annotations (256 KiB for all together); wrote the form that names none instead: if this round is cut short, the next one restarts every selected pod.", len(pods)))
 		in = coarse
-		err = c.writeIntentText(ctx, key, cm, r, in)
+		err = c.writeIntentText(ctx, key, obj, r, in)
 	}
 	if errors.Is(err, errIntentTooLong) {
-		err = c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
+		err = c.refused(obj, "patch", "configmaps", roomInAnnotations, err)
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
 	}
-	if err := c.current(ctx, key, cm, r); err != nil {
+	if err := c.current(ctx, key, obj, r); err != nil {
 		if errors.Is(err, errSuperseded) && !r.resumed && !r.sent {
-			c.undoIntent(ctx, key, cm, in, log)
+			c.undoIntent(ctx, key, obj, in, log)
 		}
 		return err
 	}
@@ -318,13 +318,13 @@ var errIntentTooLong = errors.New("the intent is over the annotations' size limi
 // roomInAnnotations is what a refusal for their size asks for.
 const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 
-func (c *Controller) writeIntentText(ctx context.Context, key string, cm configMap, r *round, in intent) error {
+func (c *Controller) writeIntentText(ctx context.Context, key string, obj object, r *round, in intent) error {
 	c.mu.Lock()
 	r.writing = in.text
 	c.mu.Unlock()
-	return c.writeState(ctx, key, cm, r, RestartingAnnotation, in.text, func(e *entry) {
+	return c.writeState(ctx, key, obj, r, RestartingAnnotation, in.text, func(e *entry) {
 		e.i = in
-		if e.cm.hash != in.hash {
+		if e.obj.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
 		}
 		if e.round == r {
@@ -336,7 +336,7 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, cm configM
 // undoIntent removes intent in, written for a round found superseded
 // before it restarted anything, unless someone wrote another since. It is
 // the one write that does not ask current: it undoes.
-func (c *Controller) undoIntent(ctx context.Context, key string, cm configMap, in intent, log *slog.Logger) {
+func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in intent, log *slog.Logger) {
 	c.mu.Lock()
 	e := c.entries[key]
 	ours := e != nil && e.i.text == in.text
@@ -347,7 +347,7 @@ func (c *Controller) undoIntent(ctx context.Context, key string, cm configMap, i
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, err = c.patchAnnotations(ctx, cm, map[string]any{RestartingAnnotation: nil}); err != nil {
+		if rv, err = c.writeAnnotations(ctx, obj, map[string]any{RestartingAnnotation: nil}); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -363,11 +363,11 @@ func (c *Controller) undoIntent(ctx context.Context, key string, cm configMap, i
 	}
 }
 
-// record writes R = cm.hash and removes I, ending round r (nil for an
+// record writes R = obj.hash and removes I, ending round r (nil for an
 // adoption) unless r is no longer the current one.
-func (c *Controller) record(ctx context.Context, key string, cm configMap, r *round) error {
-	return c.writeState(ctx, key, cm, r, RestartedForAnnotation, cm.hash.String(), func(e *entry) {
-		e.r, e.i, e.adopted = cm.hash, intent{}, false
+func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
+	return c.writeState(ctx, key, obj, r, RestartedForAnnotation, obj.hash.text(), func(e *entry) {
+		e.r, e.i, e.adopted = obj.hash, intent{}, false
 		if r != nil && e.round == r {
 			e.round = nil
 			if !c.cfg.DryRun {
@@ -377,11 +377,12 @@ func (c *Controller) record(ctx context.Context, key string, cm configMap, r *ro
 	})
 }
 
-// writeState patches R (removing I) or I on the ConfigMap, if round r is
-// still current, then applies the write to the entry. Without RECORD_HASH,
-// or in a dry run, the state lives in memory only.
-func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r *round, annotation, value string, apply func(e *entry)) error {
-	if err := c.current(ctx, key, cm, r); err != nil && !errors.Is(err, errIntentLost) {
+// writeState patches R (removing I) or I on the ConfigMap, or on a Secret's
+// state ConfigMap, if round r is still current, then applies the write to
+// the entry. Without RECORD_HASH, or in a dry run, the state lives in
+// memory only.
+func (c *Controller) writeState(ctx context.Context, key string, obj object, r *round, annotation, value string, apply func(e *entry)) error {
+	if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
 		return err
 	}
 	var written uint64
@@ -391,21 +392,25 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 			annotations[RestartingAnnotation] = nil
 		}
 		var err error
-		written, err = c.patchAnnotations(ctx, cm, annotations)
+		written, err = c.writeAnnotations(ctx, obj, annotations)
+		need := "verb patch on configmaps, or RECORD_HASH=false"
+		if obj.kind == kindSecret {
+			need = "verbs patch and create on configmaps (the manifests/secrets component), or RECORD_HASH=false"
+		}
 		switch classify(err) {
 		case answerOK:
 		case answerGone, answerConflict:
 			// Deleted or replaced meanwhile: the new object gets its own round.
-			return fmt.Errorf("configmap gone or replaced: %w", errSuperseded)
+			return fmt.Errorf("%s gone or replaced: %w", obj.kind.logKey(), errSuperseded)
 		case answerTooLong:
 			if annotation == RestartingAnnotation {
 				return fmt.Errorf("%w: %w", errIntentTooLong, err) // writeIntent decides
 			}
-			return c.refused(cm, "patch", "configmaps", roomInAnnotations, err)
+			return c.refused(obj, "patch", "configmaps", roomInAnnotations, err)
 		case answerRefused:
-			return c.refused(cm, "patch", "configmaps", "verb patch on configmaps, or RECORD_HASH=false", err)
+			return c.refused(obj, "patch", "configmaps", need, err)
 		default:
-			return fmt.Errorf("write %s on configmap %s/%s: %w", annotation, cm.namespace, cm.name, err)
+			return fmt.Errorf("write %s for %s %s/%s: %w", annotation, obj.kind.logKey(), obj.namespace, obj.name, err)
 		}
 	}
 	c.mu.Lock()
@@ -417,36 +422,46 @@ func (c *Controller) writeState(ctx context.Context, key string, cm configMap, r
 	return nil
 }
 
+// writeAnnotations writes R or I (nil removes one) where the object's kind
+// keeps them, and returns the revision the server answered.
+func (c *Controller) writeAnnotations(ctx context.Context, obj object, annotations map[string]any) (uint64, error) {
+	if obj.kind == kindSecret {
+		rv, err := c.writeSecretState(ctx, obj, annotations)
+		return rv, hideDigest(err, obj.hash)
+	}
+	return c.patchAnnotations(ctx, obj, annotations)
+}
+
 // patchAnnotations merge-patches annotations of the ConfigMap, naming its
 // uid so that a re-created one of the same name is not marked, and returns
 // the revision the server answered.
-func (c *Controller) patchAnnotations(ctx context.Context, cm configMap, annotations map[string]any) (uint64, error) {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cm.uid, "annotations": annotations}})
+func (c *Controller) patchAnnotations(ctx context.Context, obj object, annotations map[string]any) (uint64, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": obj.uid, "annotations": annotations}})
 	if err != nil {
 		return 0, fmt.Errorf("build patch: %w", err)
 	}
-	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(cm.namespace, "configmaps", cm.name), patch)
+	answer, err := c.api.MergePatch(ctx, apiclient.CorePath(obj.namespace, "configmaps", obj.name), patch)
 	if err != nil {
 		return 0, err
 	}
 	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), nil
 }
 
-func (c *Controller) event(cm configMap, typ, reason, message string) {
+func (c *Controller) event(obj object, typ, reason, message string) {
 	if c.cfg.Events == nil {
 		return
 	}
-	c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.namespace, Name: cm.name, UID: cm.uid}, typ, reason, message)
+	c.cfg.Events.Event(events.Object{APIVersion: "v1", Kind: obj.kind.String(), Namespace: obj.namespace, Name: obj.name, UID: obj.uid}, typ, reason, message)
 }
 
 // roundFailed reports a failed round, but not a stop for losing the lease
 // or for a newer change.
-func (c *Controller) roundFailed(cm configMap, err error) {
+func (c *Controller) roundFailed(obj object, err error) {
 	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, context.Canceled) {
 		return
 	}
 	if _, ok := errors.AsType[*refusal](err); ok {
 		return // its Event is out already
 	}
-	c.event(cm, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
+	c.event(obj, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
 }

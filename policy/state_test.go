@@ -20,25 +20,25 @@ import (
 // TestEachStateHasOneStep ensures decide maps every state of the model
 // (doc.go) to the step the table names.
 func TestEachStateHasOneStep(t *testing.T) {
-	d1, d2 := digest{1}, digest{2}
-	intentFor := func(h digest) intent { return parseIntent(h.String() + "/uid-1") }
+	d1, d2 := digest{sum: [32]byte{1}}, digest{sum: [32]byte{2}}
+	intentFor := func(h digest) intent { return parseIntent(h.text() + "/uid-1") }
 	tests := []struct {
 		name     string
 		e        entry
 		onServer bool
 		want     step
 	}{
-		{"RoundInProgressContinues", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2), round: &round{}}, true, stepContinue},
-		{"IntentForTheDataResumes", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2)}, true, stepResume},
-		{"IntentForOtherDataRestartsEveryPod", entry{cm: configMap{hash: d1, recorded: d1}, r: d1, i: intentFor(d2)}, true, stepRound},
-		{"IntentForNoDataRestartsEveryPod", entry{cm: configMap{hash: d1, recorded: d1}, r: d1, i: parseIntent("garbage")}, true, stepRound},
-		{"OutdatedIntentIsNotResumed", entry{cm: configMap{hash: d2, recorded: d1}, r: d1, i: intentFor(d2), outdated: intentFor(d2).text}, true, stepRound},
-		{"FirstSightAdopts", entry{cm: configMap{hash: d1}, r: d1, adopted: true}, true, stepAdopt},
-		{"NoRecordAdopts", entry{cm: configMap{hash: d1}}, true, stepAdopt},
-		{"RecordOfTheDataDoesNothing", entry{cm: configMap{hash: d1, recorded: d1}, r: d1}, true, stepNothing},
-		{"RecordMissingOnTheServerIsWritten", entry{cm: configMap{hash: d1}, r: d1}, true, stepRecord},
-		{"RecordInMemoryOnlyDoesNothing", entry{cm: configMap{hash: d1}, r: d1}, false, stepNothing},
-		{"OtherDataRestartsEveryPod", entry{cm: configMap{hash: d2, recorded: d1}, r: d1}, true, stepRound},
+		{"RoundInProgressContinues", entry{obj: object{hash: d2, stored: stored{recorded: d1, known: true}}, r: d1, i: intentFor(d2), round: &round{}}, true, stepContinue},
+		{"IntentForTheDataResumes", entry{obj: object{hash: d2, stored: stored{recorded: d1, known: true}}, r: d1, i: intentFor(d2)}, true, stepResume},
+		{"IntentForOtherDataRestartsEveryPod", entry{obj: object{hash: d1, stored: stored{recorded: d1, known: true}}, r: d1, i: intentFor(d2)}, true, stepRound},
+		{"IntentForNoDataRestartsEveryPod", entry{obj: object{hash: d1, stored: stored{recorded: d1, known: true}}, r: d1, i: parseIntent("garbage")}, true, stepRound},
+		{"OutdatedIntentIsNotResumed", entry{obj: object{hash: d2, stored: stored{recorded: d1, known: true}}, r: d1, i: intentFor(d2), outdated: intentFor(d2).text}, true, stepRound},
+		{"FirstSightAdopts", entry{obj: object{hash: d1, stored: stored{known: true}}, r: d1, adopted: true}, true, stepAdopt},
+		{"NoRecordAdopts", entry{obj: object{hash: d1, stored: stored{known: true}}}, true, stepAdopt},
+		{"RecordOfTheDataDoesNothing", entry{obj: object{hash: d1, stored: stored{recorded: d1, known: true}}, r: d1}, true, stepNothing},
+		{"RecordMissingOnTheServerIsWritten", entry{obj: object{hash: d1, stored: stored{known: true}}, r: d1}, true, stepRecord},
+		{"RecordInMemoryOnlyDoesNothing", entry{obj: object{hash: d1, stored: stored{known: true}}, r: d1}, false, stepNothing},
+		{"OtherDataRestartsEveryPod", entry{obj: object{hash: d2, stored: stored{recorded: d1, known: true}}, r: d1}, true, stepRound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,75 +53,75 @@ func TestEachStateHasOneStep(t *testing.T) {
 // good, and a round ends when the data, the selector, or a peer's record or
 // intent says it is no longer current.
 func TestApplyKeepsTheModelTrue(t *testing.T) {
-	d1, d2 := digest{1}, digest{2}
-	i2 := parseIntent(d2.String() + "/uid-1")
+	d1, d2 := digest{sum: [32]byte{1}}, digest{sum: [32]byte{2}}
+	i2 := parseIntent(d2.text() + "/uid-1")
 	t.Run("EventBeforeOurRecordDoesNotUndoIt", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1, intent: i2}, r: d1, i: i2}
+		e := entry{obj: object{uid: "u", hash: d2, stored: stored{recorded: d1, intent: i2, known: true}}, r: d1, i: i2}
 		e.r, e.i = d2, intent{} // our record
-		e.apply(configMap{uid: "u", hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		e.apply(object{uid: "u", hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, known: true}})
 		assert.Equal(t, d2, e.r)
 		assert.False(t, e.i.present())
 	})
 	t.Run("EventOfOurFirstIntentDoesNotUndoOurSecond", func(t *testing.T) {
 		// The sweep wrote a second intent before the first one's event came.
-		i2b := parseIntent(d2.String() + "/uid-1,uid-s")
-		e := entry{cm: configMap{uid: "u", version: 8, hash: d2, recorded: d1, selector: "a=b"}, r: d1, i: i2b, written: 10}
+		i2b := parseIntent(d2.text() + "/uid-1,uid-s")
+		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1, i: i2b, written: stored{recorded: d1, intent: i2b, version: 10, known: true}}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2b.text}
-		e.apply(configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, i2b.text, e.i.text)
 		assert.NotNil(t, e.round)
-		e.apply(configMap{uid: "u", version: 10, hash: d2, recorded: d1, intent: i2b, selector: "a=b"})
+		e.apply(object{uid: "u", version: 10, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2b, version: 10, known: true}})
 		assert.Equal(t, i2b.text, e.i.text)
 		assert.NotNil(t, e.round)
 	})
 	t.Run("OurIntentWipedKeepsTheRoundAndWritesItAgain", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"}, r: d1, i: i2, written: 9}
+		e := entry{obj: object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}}, r: d1, i: i2, written: stored{version: 9}}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
-		e.apply(configMap{uid: "u", version: 11, hash: d2, selector: "a=b"}) // kubectl replace
+		e.apply(object{uid: "u", version: 11, hash: d2, selector: "a=b", stored: stored{version: 11, known: true}}) // kubectl replace
 		require.NotNil(t, e.round, "a replace with the same data ends no round")
 		assert.True(t, e.round.rewrite)
 		assert.False(t, e.i.present())
 		assert.Equal(t, d1, e.r, "R is what the pods ran before the round")
 	})
 	t.Run("OurOwnLateEventIsThePastOfOurRecord", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", version: 8, hash: d2, recorded: d1, selector: "a=b"}, r: d1}
+		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1}
 		e.wrote(9, RestartingAnnotation, i2.text)
 		e.r = d2
 		e.wrote(10, RestartedForAnnotation, d2.String())
-		e.apply(configMap{uid: "u", version: 9, hash: d2, recorded: d1, intent: i2, selector: "a=b"})
+		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, stepNothing, e.decide(true), "no second record")
 	})
 	t.Run("PeerRecordIsTaken", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", hash: d2, recorded: d1}, r: d1}
-		e.apply(configMap{uid: "u", hash: d2, recorded: d2})
+		e := entry{obj: object{uid: "u", hash: d2, stored: stored{recorded: d1, known: true}}, r: d1}
+		e.apply(object{uid: "u", hash: d2, stored: stored{recorded: d2, known: true}})
 		assert.Equal(t, d2, e.r)
 	})
 	t.Run("IntentSeenWithOtherDataStaysOutdated", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", hash: d2, intent: i2}, r: d1, i: i2}
-		e.apply(configMap{uid: "u", hash: d1, intent: i2})
-		e.apply(configMap{uid: "u", hash: d2, intent: i2})
+		e := entry{obj: object{uid: "u", hash: d2, stored: stored{intent: i2, known: true}}, r: d1, i: i2}
+		e.apply(object{uid: "u", hash: d1, stored: stored{intent: i2, known: true}})
+		e.apply(object{uid: "u", hash: d2, stored: stored{intent: i2, known: true}})
 		assert.Equal(t, stepRound, e.decide(true), "data back at the intent's digest does not resume it")
 	})
 	for _, tt := range []struct {
 		name string
-		cm   configMap
+		cm   object
 	}{
-		{"RoundEndsOnOtherData", configMap{uid: "u", hash: d1, selector: "a=b", intent: i2}},
-		{"RoundEndsOnAnotherSelector", configMap{uid: "u", hash: d2, selector: "a=c", intent: i2}},
-		{"RoundEndsOnAPeersRecord", configMap{uid: "u", hash: d2, selector: "a=b", recorded: d2}},
-		{"RoundEndsOnAPeersIntent", configMap{uid: "u", hash: d2, selector: "a=b", intent: parseIntent(d2.String() + "/uid-9")}},
+		{"RoundEndsOnOtherData", object{uid: "u", hash: d1, selector: "a=b", stored: stored{intent: i2, known: true}}},
+		{"RoundEndsOnAnotherSelector", object{uid: "u", hash: d2, selector: "a=c", stored: stored{intent: i2, known: true}}},
+		{"RoundEndsOnAPeersRecord", object{uid: "u", hash: d2, selector: "a=b", stored: stored{recorded: d2, known: true}}},
+		{"RoundEndsOnAPeersIntent", object{uid: "u", hash: d2, selector: "a=b", stored: stored{intent: parseIntent(d2.text() + "/uid-9"), known: true}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := entry{cm: configMap{uid: "u", hash: d2, selector: "a=b", intent: i2}, r: d1, i: i2}
+			e := entry{obj: object{uid: "u", hash: d2, selector: "a=b", stored: stored{intent: i2, known: true}}, r: d1, i: i2}
 			e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
 			e.apply(tt.cm)
 			assert.Nil(t, e.round)
 		})
 	}
 	t.Run("RoundGoesOnOnItsOwnEvents", func(t *testing.T) {
-		e := entry{cm: configMap{uid: "u", hash: d2, selector: "a=b", recorded: d1}, r: d1, i: i2}
+		e := entry{obj: object{uid: "u", hash: d2, selector: "a=b", stored: stored{recorded: d1, known: true}}, r: d1, i: i2}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
-		e.apply(configMap{uid: "u", hash: d2, selector: "a=b", intent: i2, recorded: d1})
+		e.apply(object{uid: "u", hash: d2, selector: "a=b", stored: stored{intent: i2, recorded: d1, known: true}})
 		assert.NotNil(t, e.round)
 	})
 }

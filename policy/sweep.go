@@ -24,11 +24,16 @@ import (
 // many is recoverable, old configuration is not. docs/design.md, "The pod
 // index", has the reasoning.
 
-// PodIndex is a live view of pods (package podindex).
-type PodIndex interface {
-	Select(namespace string, matches func(labels map[string]string) bool) (pods []podindex.Pod, lists uint64, ok bool)
-	Created(ctx context.Context, namespace, uid string, wait time.Duration) (created, lists uint64, known bool)
-	Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool)
+// PodIndexes is the pod index as the controller uses it
+// (podindex.Namespaces): told which namespaces hold annotated objects, it
+// indexes their pods, and offers the index of one while it can answer.
+type PodIndexes interface {
+	// Annotated says a namespace gained its first existing annotated
+	// object (true) or lost its last. It is called with the controller's
+	// lock held: it must not block or call back.
+	Annotated(namespace string, annotated bool)
+	// Cover returns the index of namespace if it can answer now, else nil.
+	Cover(namespace string) *podindex.Index
 }
 
 // defaultSweepWait bounds how long the sweep waits for the index to show a
@@ -37,7 +42,7 @@ const defaultSweepWait = 10 * time.Second
 
 // indexed is the state of a round that began from the index.
 type indexed struct {
-	index PodIndex
+	index *podindex.Index
 	lists uint64 // the index's lists when the round began
 	swept bool
 
@@ -82,7 +87,7 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 	if c.cfg.Pods == nil || c.cfg.Strategy != StrategyDelete {
 		return nil, nil
 	}
-	idx := c.cfg.Pods(namespace)
+	idx := c.cfg.Pods.Cover(namespace)
 	if idx == nil {
 		return nil, nil
 	}
@@ -105,10 +110,10 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 
 // restartIndexed restarts the pods a round took from the index at once,
 // then sweeps.
-func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
+func (c *Controller) restartIndexed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	if c.needsIntent(r) {
 		// I before the first restart: a round cut short leaves it behind.
-		if err := c.writeIntent(ctx, key, cm, r, r.pods, log); err != nil {
+		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
 			return err
 		}
 	}
@@ -118,19 +123,19 @@ func (c *Controller) restartIndexed(ctx context.Context, key string, cm configMa
 			pending = append(pending, i)
 		}
 	}
-	if err := c.restartAll(ctx, key, cm, r, pending, log); err != nil {
+	if err := c.restartAll(ctx, key, obj, r, pending, log); err != nil {
 		return err
 	}
 	if r.indexed.swept {
 		return nil
 	}
-	return c.finishSweep(ctx, key, cm, r, log)
+	return c.finishSweep(ctx, key, obj, r, log)
 }
 
 // finishSweep lists the selected pods and restarts those the round must
 // restart too, naming them in the intent first.
-func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
-	listed, err := c.listWhole(ctx, cm.namespace, r.sel)
+func (c *Controller) finishSweep(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	listed, err := c.listWhole(ctx, obj.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("sweep: list pods: %w", err)
 	}
@@ -141,7 +146,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	// One deadline for the whole sweep: with the index's watch down, every
 	// pod it lacks would otherwise cost the full wait in turn.
 	deadline := time.Now().Add(c.sweepWait)
-	first := r.indexed.firstDeletion(ctx, cm.namespace, deadline)
+	first := r.indexed.firstDeletion(ctx, obj.namespace, deadline)
 	var missed []podRef
 	for _, l := range listed {
 		p := l.podRef
@@ -150,7 +155,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 		case l.terminating || st == podRestarted || st == podGone:
 		case taken: // refused: it changed, and is still selected
 			missed = append(missed, p)
-		case r.indexed.startedBefore(ctx, cm.namespace, p, first, deadline):
+		case r.indexed.startedBefore(ctx, obj.namespace, p, first, deadline):
 			missed = append(missed, p)
 		default:
 			log.Info("leaving pod created after the round began", "pod", p.name)
@@ -159,7 +164,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 	if len(missed) > 0 {
 		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
 		all := append(slices.Clone(r.pods), missed...)
-		if err := c.writeIntent(ctx, key, cm, r, all, log); err != nil {
+		if err := c.writeIntent(ctx, key, obj, r, all, log); err != nil {
 			return err
 		}
 		first := len(r.pods)
@@ -169,7 +174,7 @@ func (c *Controller) finishSweep(ctx context.Context, key string, cm configMap, 
 		for i := first; i < len(all); i++ {
 			added = append(added, i)
 		}
-		if err := c.restartAll(ctx, key, cm, r, added, log); err != nil {
+		if err := c.restartAll(ctx, key, obj, r, added, log); err != nil {
 			return err
 		}
 	}

@@ -42,9 +42,23 @@ func indexOf(t *testing.T, pods ...*fakePod) *podindex.Index {
 	return x
 }
 
+// oneIndex is x for every namespace; annotated, if set, hears Annotated.
+type oneIndex struct {
+	x         *podindex.Index
+	annotated func(namespace string, annotated bool)
+}
+
+func (o oneIndex) Annotated(namespace string, annotated bool) {
+	if o.annotated != nil {
+		o.annotated(namespace, annotated)
+	}
+}
+
+func (o oneIndex) Cover(string) *podindex.Index { return o.x }
+
 // withIndex sets cfg.Pods to x for every namespace.
 func withIndex(cfg Config, x *podindex.Index) Config {
-	cfg.Pods = func(string) PodIndex { return x }
+	cfg.Pods = oneIndex{x: x}
 	cfg.MaxUnavailable = Budget{Percent: 100} // only all at once begins from the index
 	return cfg
 }

@@ -93,38 +93,38 @@ func (c *Controller) gate(namespace string) *sync.Mutex {
 // the round's pods from that list if it has none yet, restarts what the
 // budget allows (writing the intent before the first restart), and returns
 // errWaiting while pods are left.
-func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *round, log *slog.Logger) error {
-	gate := c.gate(cm.namespace)
+func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	gate := c.gate(obj.namespace)
 	gate.Lock()
 	defer gate.Unlock()
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
-	live, err := c.listWhole(ctx, cm.namespace, r.sel)
+	live, err := c.listWhole(ctx, obj.namespace, r.sel)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	if !r.listed {
-		c.take(r, live, log)
+		c.take(obj, r, live, log)
 	}
-	pending, err := c.refresh(ctx, cm.namespace, r, live, log)
+	pending, err := c.refresh(ctx, obj.namespace, r, live, log)
 	if err != nil {
 		return err
 	}
 	if len(pending) == 0 {
 		return nil
 	}
-	chosen, err := c.choose(ctx, cm.namespace, r, live, pending)
+	chosen, err := c.choose(ctx, obj.namespace, r, live, pending)
 	if err != nil {
 		return err
 	}
 	if len(chosen) > 0 && c.needsIntent(r) {
 		// I before the first restart: a round cut short leaves it behind.
-		if err := c.writeIntent(ctx, key, cm, r, r.pods, log); err != nil {
+		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
 			return err
 		}
 	}
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
-	err = c.restartAll(ctx, key, cm, r, chosen, log)
-	c.judgeProgress(key, cm, r, live, done, r.count(podRestarted) > restarted, log)
+	err = c.restartAll(ctx, key, obj, r, chosen, log)
+	c.judgeProgress(key, obj, r, live, done, r.count(podRestarted) > restarted, log)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (c *Controller) wave(ctx context.Context, key string, cm configMap, r *roun
 
 // take makes the first wave's list the round's: its pods (for a resumed
 // round, those its intent names), N and the budget.
-func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
+func (c *Controller) take(obj object, r *round, live []listedPod, log *slog.Logger) {
 	for _, p := range live {
 		switch {
 		case p.terminating:
@@ -153,9 +153,9 @@ func (c *Controller) take(r *round, live []listedPod, log *slog.Logger) {
 	r.budget = c.cfg.MaxUnavailable.of(r.total)
 	r.listed, r.progress = true, time.Now()
 	if r.only != nil {
-		log.Info("resuming an interrupted round", "hash", r.hash, "pods", len(r.pods), "selected", r.total, "max_unavailable", r.budget)
+		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "selected", r.total, "max_unavailable", r.budget)
 	} else {
-		log.Info("data changed; restarting pods", "hash", r.hash, "pods", len(r.pods), "max_unavailable", r.budget)
+		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", r.budget)
 	}
 }
 
@@ -291,7 +291,7 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	defer c.mu.Unlock()
 	var out []*round
 	for _, e := range c.entries {
-		if o := e.round; o != nil && o != r && e.cm.namespace == namespace && o.listed {
+		if o := e.round; o != nil && o != r && e.obj.namespace == namespace && o.listed {
 			out = append(out, o)
 		}
 	}
@@ -301,14 +301,14 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 // judgeProgress halts round r once no restart has been possible for
 // ProgressDeadline, and resumes it at its next restart; done pods were done
 // with before this wave. Halted, it keeps its intent and goes on looking.
-func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []listedPod, done int, moved bool, log *slog.Logger) {
+func (c *Controller) judgeProgress(key string, obj object, r *round, live []listedPod, done int, moved bool, log *slog.Logger) {
 	now := time.Now()
 	if moved {
 		r.progress = now
 		if r.halted {
 			c.setHalted(key, r, false)
-			log.Info("round resumed", "hash", cm.hash)
-			c.event(cm, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", done, len(r.pods)))
+			log.Info("round resumed", obj.dataAttr())
+			c.event(obj, events.Normal, "RolloutResumed", fmt.Sprintf("Resumed after %d of %d pods: a restart became possible again.", done, len(r.pods)))
 		}
 		return
 	}
@@ -317,8 +317,8 @@ func (c *Controller) judgeProgress(key string, cm configMap, r *round, live []li
 	}
 	c.setHalted(key, r, true)
 	why := c.stalled(r, live)
-	log.Error("round halted: no restart possible", "hash", cm.hash, "why", why, "progress_deadline", c.cfg.ProgressDeadline)
-	c.event(cm, events.Warning, "RolloutHalted", fmt.Sprintf("Halted after %d of %d pods: %s. The round keeps its intent and goes on by itself when pods become Ready; a new data change restarts the pods that are not Ready first.",
+	log.Error("round halted: no restart possible", obj.dataAttr(), "why", why, "progress_deadline", c.cfg.ProgressDeadline)
+	c.event(obj, events.Warning, "RolloutHalted", fmt.Sprintf("Halted after %d of %d pods: %s. The round keeps its intent and goes on by itself when pods become Ready; a new data change restarts the pods that are not Ready first.",
 		len(r.pods)-r.count(podPending), len(r.pods), why))
 }
 
@@ -393,15 +393,15 @@ func newLastLook(r *round, deadline time.Duration) *lastLook {
 
 // takeLastLook takes the last look of a finished round when it is due, and
 // returns how long until it is.
-func (c *Controller) takeLastLook(ctx context.Context, key string, cm configMap, s *lastLook, log *slog.Logger) (time.Duration, error) {
+func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s *lastLook, log *slog.Logger) (time.Duration, error) {
 	if wait := time.Until(s.at); wait > 0 {
 		return wait, nil
 	}
-	sel, err := selector.Parse(cm.selector)
+	sel, err := selector.Parse(obj.selector)
 	if err != nil {
 		return 0, nil // the next round says so
 	}
-	live, err := c.listWhole(ctx, cm.namespace, sel)
+	live, err := c.listWhole(ctx, obj.namespace, sel)
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}
@@ -418,9 +418,9 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, cm configMap,
 	c.mu.Unlock()
 	if len(notReady) > 0 {
 		c.metrics.ReplacementsNotReady.Inc()
-		why := fmt.Sprintf("%d replacement(s) not Ready %s after the last restart for data %s: %s (pod %s)", len(notReady), c.cfg.ProgressDeadline, cm.hash.short(), notReady[0].why, notReady[0].name)
+		why := fmt.Sprintf("%d replacement(s) not Ready %s after the last restart for %s: %s (pod %s)", len(notReady), c.cfg.ProgressDeadline, obj.dataName(), notReady[0].why, notReady[0].name)
 		log.Error("replacements not Ready", "why", why)
-		c.event(cm, events.Warning, "ReplacementsNotReady", why+". Every selected pod was restarted; check the new data.")
+		c.event(obj, events.Warning, "ReplacementsNotReady", why+". Every selected pod was restarted; check the new data.")
 	}
 	return 0, nil
 }

@@ -89,7 +89,7 @@ var v3 = map[string]string{"message": "Hello, fixed"}
 func shortOf(t *testing.T, data map[string]string) string {
 	d, ok := parseDigest(hashOf(t, data))
 	require.True(t, ok)
-	return d.short()
+	return truncate(d.text(), len(digestPrefix)+12)
 }
 
 func hasReason(rec *fakeRecorder, reason string) func() bool {

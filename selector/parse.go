@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
 )
 
 // tokenRE finds the tokens between blanks. Like the API server's lexer, an
@@ -151,14 +153,9 @@ func (p *parser) valueSet() ([]string, error) {
 	}
 }
 
-// The rules of k8s.io/apimachinery/pkg/util/validation.
-const dnsLabel = `[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?`
-
-var (
-	nameRE         = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-	dnsLabelRE     = regexp.MustCompile(`^` + dnsLabel + `$`)
-	dnsSubdomainRE = regexp.MustCompile(`^` + dnsLabel + `(\.` + dnsLabel + `)*$`)
-)
+// nameRE is the rule of k8s.io/apimachinery/pkg/util/validation for a
+// key's name part and a label value.
+var nameRE = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 
 // ValidateKey checks a label (or annotation) key: an optional DNS-1123
 // subdomain prefix and a '/', then a name as validateName wants it.
@@ -166,7 +163,7 @@ func ValidateKey(key string) error {
 	prefix, name, found := strings.Cut(key, "/")
 	if !found {
 		name = key
-	} else if err := ValidateDNSSubdomain(prefix); err != nil {
+	} else if err := k8sname.Subdomain(prefix); err != nil {
 		return fmt.Errorf("prefix %v", err)
 	}
 	if name == "" {
@@ -182,28 +179,6 @@ func validateName(s string) error {
 	}
 	if !nameRE.MatchString(s) {
 		return errors.New("must be letters, digits, '-', '_' or '.' (other characters are not allowed), and start and end with a letter or digit")
-	}
-	return nil
-}
-
-// ValidateDNSLabel checks a DNS-1123 label, such as a namespace name.
-func ValidateDNSLabel(s string) error {
-	if !dnsLabelRE.MatchString(s) {
-		return fmt.Errorf("%q is not a DNS-1123 label (1 to 63 lowercase letters, digits and '-', starting and ending alphanumeric)", s)
-	}
-	return nil
-}
-
-// ValidateDNSSubdomain checks a DNS-1123 subdomain, such as a Lease name or
-// a key's prefix: DNS-1123 labels joined by '.', at most 253 bytes.
-func ValidateDNSSubdomain(s string) error {
-	switch {
-	case s == "":
-		return errors.New("is empty")
-	case len(s) > 253:
-		return errors.New("longer than 253 characters")
-	case !dnsSubdomainRE.MatchString(s):
-		return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
 	}
 	return nil
 }

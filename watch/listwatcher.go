@@ -46,7 +46,10 @@ type Config struct {
 	Path         string // of the collection, e.g. /api/v1/namespaces/default/configmaps
 	Kind         string // expected kind; objects of another are logged and skipped. Empty: any
 	MetadataOnly bool   // ask for each object's metadata alone (PartialObjectMetadata)
-	PageSize     int    // of a paged list [500]; it bounds requests, not memory
+	// FieldSelector, if set, narrows the list and the watch server-side
+	// (e.g. type!=helm.sh/release.v1 for Secrets).
+	FieldSelector string
+	PageSize      int // of a paged list [500]; it bounds requests, not memory
 
 	// Bounds of each watch's timeoutSeconds, chosen at random to spread the
 	// reconnections of many controllers [300 s, twice the minimum].
@@ -233,7 +236,7 @@ func (lw *ListWatcher) accept(metadata string) string {
 // the handler.
 func (lw *ListWatcher) list(ctx context.Context) error {
 	lw.h.BeginList()
-	q := url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}}
+	q := lw.query(url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}})
 	for {
 		meta, err := lw.listPage(ctx, q)
 		switch {
@@ -253,6 +256,14 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 		}
 		q.Set("continue", meta.Continue)
 	}
+}
+
+// query adds what narrows every request of the loop to q.
+func (lw *ListWatcher) query(q url.Values) url.Values {
+	if lw.cfg.FieldSelector != "" {
+		q.Set("fieldSelector", lw.cfg.FieldSelector)
+	}
+	return q
 }
 
 // listPage reads one page and hands over its items as it decodes them.
@@ -281,12 +292,12 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
 		timeout += rand.N(span)
 	}
-	q := url.Values{
+	q := lw.query(url.Values{
 		"watch":               {"true"},
 		"resourceVersion":     {lw.rv},
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {strconv.Itoa(int(timeout.Seconds()))},
-	}
+	})
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
 	body, err := lw.client.Stream(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataAccept))

@@ -52,6 +52,25 @@ func TestListWatcherListsPagesThenWatches(t *testing.T) {
 	assert.Empty(t, l.after.requested(), "a watch that delivered events is resumed at once")
 }
 
+// TestListWatcherFieldSelectorNarrowsListAndWatch ensures a field selector
+// goes with every list page and every watch, so the server never sends
+// what it excludes.
+func TestListWatcherFieldSelectorNarrowsListAndWatch(t *testing.T) {
+	api := newFakeAPI(t).
+		onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
+		onWatch(stream(modified("a", "101")))
+	srv := api.start()
+	l := newLoop(t, srv.URL, Config{PageSize: 1, FieldSelector: "type!=helm.sh/release.v1"}).run(t)
+	api.waitWatches(t, 2)
+	l.stop(t)
+
+	lists := api.listRequests()
+	require.Len(t, lists, 2)
+	for i, r := range append(lists, api.watchRequests()...) {
+		assert.Equal(t, "type!=helm.sh/release.v1", r.Query.Get("fieldSelector"), "request #%d: %v", i+1, r.Query)
+	}
+}
+
 // TestListWatcherWatchTimeoutWithinBounds ensures timeoutSeconds of every
 // watch lies within the configured [MinWatchTimeout, MaxWatchTimeout).
 func TestListWatcherWatchTimeoutWithinBounds(t *testing.T) {

@@ -274,25 +274,34 @@ func TestDistVersionLabelOnMetadataOnly(t *testing.T) {
 // releasedIdentities are the kinds, names and selectors a release has promised: the
 // next release applied over one must find the same objects (a selector cannot change).
 // Changing one is a breaking change that CHANGELOG.md must explain with a migration.
+// A file with components has those of the file it extends: a component adds no
+// object, so applying one over the other switches between them.
 var releasedIdentities = map[string][]string{
-	"install.yaml": {
-		"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
-		"Role/config-watcher selector=null",
-		"RoleBinding/config-watcher selector=null",
-		"ServiceAccount/config-watcher selector=null",
-	},
-	"install-cluster-wide.yaml": {
-		"ClusterRole/config-watcher selector=null",
-		"ClusterRoleBinding/config-watcher selector=null",
-		"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
-		"Role/config-watcher selector=null",
-		"RoleBinding/config-watcher selector=null",
-		"ServiceAccount/config-watcher selector=null",
-	},
+	"install.yaml":                      namespacedIdentities,
+	"install-secrets.yaml":              namespacedIdentities,
+	"install-cluster-wide.yaml":         clusterWideIdentities,
+	"install-cluster-wide-secrets.yaml": clusterWideIdentities,
+}
+
+var namespacedIdentities = []string{
+	"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+	"Role/config-watcher selector=null",
+	"RoleBinding/config-watcher selector=null",
+	"ServiceAccount/config-watcher selector=null",
+}
+
+var clusterWideIdentities = []string{
+	"ClusterRole/config-watcher selector=null",
+	"ClusterRoleBinding/config-watcher selector=null",
+	"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+	"Role/config-watcher selector=null",
+	"RoleBinding/config-watcher selector=null",
+	"ServiceAccount/config-watcher selector=null",
 }
 
 // TestDistUpgradesInPlace ensures the install files have the kinds, names and selectors
-// that releases promise, and those of manifests/ as a user applies it: the next
+// that releases promise, and those of manifests/ as a user applies it (components add
+// no object): the next
 // release applied over this one then updates the same objects instead of failing or
 // duplicating them.
 func TestDistUpgradesInPlace(t *testing.T) {

@@ -46,11 +46,22 @@ const (
 // image-archive (by tag).
 func dockerArchiveFile(arch string) string { return "config-watcher-linux-" + arch + ".docker.tar" }
 
-// installs are the install files and the kustomization under manifests/ each renders.
-// An optional part (a kustomize component) becomes one more row.
-var installs = []struct{ file, dir, watches string }{
-	{"install.yaml", ".", "the namespace " + installNamespace},
-	{"install-cluster-wide.yaml", "cluster-wide", "every namespace"},
+// install is one install file: the kustomization under manifests/ it renders, with
+// the components under manifests/ it adds.
+type install struct {
+	file, dir  string
+	components []string
+	watches    string
+}
+
+// installs are the install files. An optional part (a kustomize component) becomes one
+// more row: a whole install of its own, with the same objects as the file it extends,
+// so that applying one over the other switches between them.
+var installs = []install{
+	{"install.yaml", ".", nil, "the namespace " + installNamespace},
+	{"install-cluster-wide.yaml", "cluster-wide", nil, "every namespace"},
+	{"install-secrets.yaml", ".", []string{"secrets"}, "the namespace " + installNamespace + ", Secrets included"},
+	{"install-cluster-wide-secrets.yaml", "cluster-wide", []string{"cluster-wide/secrets"}, "every namespace, Secrets included"},
 }
 
 // semver: what `make release VERSION=` accepts, and what a tag v* must look like.
@@ -179,7 +190,7 @@ func (r release) write(dist string) error {
 		}
 	}
 	for _, in := range installs {
-		y, err := r.render(in.dir, in.watches, digest.String())
+		y, err := r.render(in, digest.String())
 		if err != nil {
 			return err
 		}
@@ -243,52 +254,68 @@ func (r release) index(work string) (v1.ImageIndex, []v1.Image, error) {
 }
 
 // render is kustomize (the sigs.k8s.io/kustomize/api that go.mod pins) over
-// manifests/dir with the image pinned by digest, every object in installNamespace and
-// labelled with the version. The label goes on metadata only: a selector is immutable,
-// so a version in it would make the next release's apply fail.
-func (r release) render(dir, watches, digest string) ([]byte, error) {
-	base, err := filepath.Abs(filepath.Join(r.manifests, dir))
-	if err != nil {
-		return nil, err
-	}
+// manifests/in.dir and its components with the image pinned by digest, every object in
+// installNamespace and labelled with the version. The label goes on metadata only: a
+// selector is immutable, so a version in it would make the next release's apply fail.
+func (r release) render(in install, digest string) ([]byte, error) {
 	tmp, err := os.MkdirTemp("", "config-watcher-install-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	// kustomize takes no absolute path for a base.
-	rel, err := filepath.Rel(tmp, base)
+	// kustomize takes no absolute path for a base or a component.
+	rel := func(dir string) (string, error) {
+		abs, err := filepath.Abs(filepath.Join(r.manifests, dir))
+		if err != nil {
+			return "", err
+		}
+		p, err := filepath.Rel(tmp, abs)
+		return filepath.ToSlash(p), err
+	}
+	base, err := rel(in.dir)
 	if err != nil {
 		return nil, err
+	}
+	components, from := "", "manifests/"+strings.TrimPrefix(in.dir, ".")
+	for _, c := range in.components {
+		p, err := rel(c)
+		if err != nil {
+			return nil, err
+		}
+		components += "- " + p + "\n"
+		from += " with manifests/" + c
+	}
+	if components != "" {
+		components = "components:\n" + components
 	}
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: %s
 resources:
 - %s
-images:
+%simages:
 - name: %s
   newName: %s
   digest: %s
 labels:
 - pairs:
     %s: %s
-`, installNamespace, filepath.ToSlash(rel), defaultImage, r.image, digest, versionLabel, r.version)
+`, installNamespace, base, components, defaultImage, r.image, digest, versionLabel, r.version)
 	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return nil, err
 	}
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize manifests/%s: %w", dir, err)
+		return nil, fmt.Errorf("kustomize %s: %w", from, err)
 	}
 	y, err := m.AsYaml()
 	if err != nil {
 		return nil, err
 	}
 	header := fmt.Sprintf("# config-watcher %s: kubectl apply -f this file. It installs into the namespace %s\n"+
-		"# and watches %s. Rendered from manifests/%s at %s\n"+
+		"# and watches %s.\n# Rendered from %s at %s\n"+
 		"# by sigs.k8s.io/kustomize/api %s; the image is pinned by digest.\n",
-		r.version, installNamespace, watches, strings.TrimPrefix(dir, "."), r.revision, moduleVersion("sigs.k8s.io/kustomize/api"))
+		r.version, installNamespace, in.watches, from, r.revision, moduleVersion("sigs.k8s.io/kustomize/api"))
 	return append([]byte(header), y...), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +158,24 @@ func TestRunReleaseRefusesBadFlags(t *testing.T) {
 			assert.True(t, os.IsNotExist(err), "dist written despite the error")
 			_, err = os.Stat(out + ".tmp")
 			assert.True(t, os.IsNotExist(err), "temporary dist left behind")
+		})
+	}
+}
+
+// TestRenderGrantsSecretsOnlyInTheSecretsInstalls ensures every install file renders
+// from the repository's manifests, and that exactly those whose name says so (the
+// secrets component) grant anything on secrets and turn WATCH_SECRETS on.
+func TestRenderGrantsSecretsOnlyInTheSecretsInstalls(t *testing.T) {
+	r := release{version: "v1.2.3", image: defaultImage, revision: "abc", manifests: "../../manifests"}
+	digest := "sha256:" + strings.Repeat("0", 64)
+	for _, in := range installs {
+		t.Run(in.file, func(t *testing.T) {
+			y, err := r.render(in, digest)
+			require.NoError(t, err)
+			secrets := strings.HasSuffix(in.file, "-secrets.yaml")
+			assert.Equal(t, secrets, strings.Contains(string(y), "\n  - secrets\n"), "a rule on secrets")
+			assert.Equal(t, secrets, strings.Contains(string(y), "name: WATCH_SECRETS"), "WATCH_SECRETS")
+			assert.Contains(t, string(y), "image: "+defaultImage+"@"+digest)
 		})
 	}
 }

@@ -1,0 +1,323 @@
+package policy
+
+// The observing half: the watches' handlers (scopes), the entries they keep,
+// tombstones, the state of Secrets, and the tracking of the initial lists.
+// It records what the server shows and queues keys; it never calls the API.
+// The acting half (workers.go, round.go and what they call) takes keys from
+// the queue and reads the entries under c.mu.
+
+import (
+	"runtime/debug"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+var _ watch.Handler = (*scope)(nil)
+
+// stateSeen is a state ConfigMap's latest view.
+type stateSeen struct {
+	namespace string
+	st        stored
+	seen      uint64 // sequence number of its last event
+}
+
+// scope is the watch.Handler of one ListWatcher: of ConfigMaps or Secrets,
+// in one namespace or all of them (namespace ""). A list only speaks for the
+// objects of its scope.
+type scope struct {
+	c               *Controller
+	kind            kind
+	namespace       string
+	start           uint64 // seq when the current list began
+	counted, listed bool   // in c.unsynced until its first list ends
+}
+
+func (s *scope) covers(namespace string) bool { return s.namespace == "" || s.namespace == namespace }
+
+// ForNamespace returns the handler for a ListWatcher of the ConfigMaps of
+// one namespace, or of all namespaces when namespace is "".
+func (c *Controller) ForNamespace(namespace string) watch.Handler {
+	return c.forScope(kindConfigMap, namespace)
+}
+
+// ForSecrets returns the handler for a ListWatcher of the Secrets of one
+// namespace, or of all namespaces when namespace is "". Their state lives
+// in ConfigMaps (secret.go): the ConfigMaps of the same namespaces must be
+// watched too.
+func (c *Controller) ForSecrets(namespace string) watch.Handler {
+	return c.forScope(kindSecret, namespace)
+}
+
+func (c *Controller) forScope(k kind, namespace string) watch.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.all[k]
+	if namespace != "" {
+		s = &scope{c: c, kind: k, namespace: namespace}
+		if k == kindConfigMap {
+			c.configMaps[namespace] = s
+		}
+	}
+	if !s.counted {
+		s.counted = true
+		c.unsynced.Add(1)
+	}
+	return s
+}
+
+func (s *scope) BeginList() {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.start = s.c.seq
+}
+
+// EndList: objects of the scope that the complete list did not show were
+// deleted while we were not watching; tombstones older than the list are
+// forgotten. A list of ConfigMaps tells the state of the scope's Secrets.
+func (s *scope) EndList() {
+	c := s.c
+	c.mu.Lock()
+	for key, e := range c.entries {
+		switch {
+		case e.obj.kind != s.kind || e.seen > s.start || !s.covers(e.obj.namespace):
+		case e.exists:
+			c.bury(e) // kept until the next list
+		default:
+			delete(c.entries, key)
+		}
+	}
+	first := !s.listed
+	s.listed = true
+	if s.kind == kindConfigMap {
+		c.statesListed(s)
+	}
+	if s.counted && first {
+		if c.unsynced.Add(-1) == 0 {
+			c.syncedOnce.Do(func() { close(c.synced) })
+		}
+	}
+	c.mu.Unlock()
+	c.releaseAfterSync()
+}
+
+// releaseAfterSync returns the memory of the initial sync to the OS once
+// every scope has listed and the first term's queue has run dry (at once on
+// a standby, which queues nothing): the lists and the adoption records grow
+// the heap to several times what is kept, and the runtime would return it
+// only slowly (BENCHMARKS.md).
+func (c *Controller) releaseAfterSync() {
+	if c.released.Load() || c.unsynced.Load() > 0 || (c.mayAct() && (!c.queue.active() || !c.queue.idle())) {
+		return
+	}
+	if c.released.CompareAndSwap(false, true) {
+		debug.FreeOSMemory()
+	}
+}
+
+func (s *scope) Handle(ev watch.Event) { s.c.handle(s.kind, ev) }
+
+// Handle takes a ConfigMap event of any scope.
+func (c *Controller) Handle(ev watch.Event) { c.handle(kindConfigMap, ev) }
+
+// handle takes an event of any scope. It only records state and queues
+// work.
+func (c *Controller) handle(k kind, ev watch.Event) {
+	obj, err := parseObject(ev.Object, k, c.cfg.SelectorAnnotation, c.cfg.DigestKey)
+	if err != nil {
+		c.metrics.SkippedObjects.Inc()
+		c.log.Warn("skipping object", "kind", k.String(), "type", string(ev.Type), "rv", ev.ResourceVersion, "err", err)
+		return
+	}
+	switch {
+	case obj.stateOf != "" && obj.name == stateName(obj.stateOf):
+		c.observeState(obj, ev.Type == watch.Deleted)
+	case ev.Type == watch.Deleted:
+		c.forget(obj.key())
+	case !obj.hasSelector:
+		c.drop(obj.key()) // not (or no longer) ours: adopted afresh if it comes back
+	case c.observe(obj):
+		c.queue.Add(obj.key())
+	}
+}
+
+// observe stores obj and reports whether it may need action.
+func (c *Controller) observe(obj object) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := obj.key()
+	e := c.entries[key]
+	first := e == nil
+	if first {
+		e = &entry{}
+		c.entries[key] = e
+	}
+	c.seq++
+	e.seen = c.seq
+	if e.obj.uid == obj.uid && obj.version != 0 && obj.version <= e.obj.version {
+		// Replayed by a watch resumed from an earlier resourceVersion.
+		c.setExists(e, true)
+		return false
+	}
+	if obj.kind == kindSecret {
+		// Its state is what the entry holds, or, new, what its state
+		// ConfigMap shows.
+		obj.stored = e.shown()
+		if first {
+			obj.stored = c.stateOf(obj.key(), obj.namespace)
+		}
+	}
+	c.takeView(e, obj)
+	c.setExists(e, true)
+	return e.decide(c.recordsOnServer()) != stepNothing
+}
+
+// takeView applies a view of the object to its entry, and adopts the data
+// if nothing tells which the pods run. c.mu must be held.
+func (c *Controller) takeView(e *entry, obj object) {
+	before := e.round
+	e.apply(obj)
+	if e.round != before {
+		c.pruneHalted() // apply ended a round
+	}
+	if e.obj.stored.known && e.r.isZero() && !e.i.present() {
+		// Nothing tells which data the pods run: adopt it as it is now.
+		e.r, e.adopted = e.obj.hash, true
+	}
+}
+
+// stateOf returns a Secret's state as its state ConfigMap shows it: none if
+// there is none, unknown until its namespace's ConfigMaps were listed.
+// c.mu must be held.
+func (c *Controller) stateOf(key, namespace string) stored {
+	if s := c.states[key]; s != nil {
+		return s.st
+	}
+	s := c.configMaps[namespace]
+	if s == nil {
+		s = c.all[kindConfigMap]
+	}
+	return stored{known: s.listed}
+}
+
+// observeState takes a state ConfigMap's view (deleted: it is gone) to its
+// Secret's entry.
+func (c *Controller) observeState(obj object, deleted bool) {
+	key := keyOf(kindSecret, obj.namespace, obj.stateOf)
+	st := c.fromStateConfigMap(obj)
+	if obj.keyID != c.keyID && !deleted && !obj.stored.recorded.isZero() {
+		c.log.Warn("the state of this Secret was written under another digest key: its data is adopted as it is now",
+			"namespace", obj.namespace, "secret", obj.stateOf, "state_configmap", obj.name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	if s := c.states[key]; s != nil && !deleted && st.version != 0 && st.version <= s.st.version {
+		s.seen = c.seq // replayed by a resumed watch
+		return
+	}
+	if deleted {
+		st = stored{known: true} // a wipe: R stays in memory, I is written again
+		delete(c.states, key)
+	} else {
+		c.states[key] = &stateSeen{namespace: obj.namespace, st: st, seen: c.seq}
+	}
+	c.takeState(key, st)
+}
+
+// takeState applies a Secret's state, as now known, to its entry and queues
+// it if it may need action. c.mu must be held.
+func (c *Controller) takeState(key string, st stored) {
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		return
+	}
+	view := e.obj
+	view.stored = st
+	c.takeView(e, view)
+	if e.decide(c.recordsOnServer()) != stepNothing {
+		c.queue.Add(key) // lock order: c.mu, then the queue's
+	}
+}
+
+// statesListed: a complete list of scope s's ConfigMaps tells the state of
+// its Secrets: state ConfigMaps it did not show are gone. c.mu must be held.
+func (c *Controller) statesListed(s *scope) {
+	gone := map[string]bool{}
+	for key, st := range c.states {
+		if st.seen <= s.start && s.covers(st.namespace) {
+			delete(c.states, key)
+			gone[key] = true
+		}
+	}
+	for key, e := range c.entries {
+		if e.obj.kind == kindSecret && s.covers(e.obj.namespace) && (!e.obj.stored.known || gone[key]) {
+			c.takeState(key, c.stateOf(key, e.obj.namespace))
+		}
+	}
+}
+
+// drop forgets a ConfigMap that is not ours.
+func (c *Controller) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		c.setExists(e, false)
+		delete(c.entries, key)
+	}
+}
+
+// forget turns a deleted ConfigMap's entry into a tombstone, so that one
+// re-created under its name with other data is a change for its pods.
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || !e.exists {
+		return
+	}
+	c.bury(e)
+	c.tombstones = append(c.tombstones, key)
+	for len(c.tombstones) > maxTombstones {
+		old := c.tombstones[0]
+		c.tombstones = c.tombstones[1:]
+		if t := c.entries[old]; t != nil && !t.exists {
+			delete(c.entries, old)
+		}
+	}
+}
+
+// maxTombstones bounds the memory of deleted ConfigMaps: a name re-created
+// after this many other deletions is adopted, not acted on. (Generated
+// names, as kustomize makes them, are never re-created.)
+const maxTombstones = 1024
+
+// bury makes e a tombstone and stops its round. c.mu must be held.
+func (c *Controller) bury(e *entry) {
+	c.setExists(e, false)
+	e.round, e.last = nil, nil
+	c.pruneHalted()
+	c.seq++
+	e.seen = c.seq
+}
+
+// setExists marks e as existing or deleted and keeps c.annotated. c.mu must
+// be held.
+func (c *Controller) setExists(e *entry, exists bool) {
+	if e.exists == exists {
+		return
+	}
+	e.exists = exists
+	ns := e.obj.namespace
+	if exists {
+		c.annotated[ns]++
+	} else {
+		c.annotated[ns]--
+	}
+	n := c.annotated[ns]
+	if n == 0 {
+		delete(c.annotated, ns)
+	}
+	if c.cfg.Pods != nil && (n == 0 || (n == 1 && exists)) { // the last lost, or the first gained
+		c.cfg.Pods.Annotated(ns, exists)
+	}
+}

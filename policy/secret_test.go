@@ -1,0 +1,511 @@
+package policy
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/testlog"
+	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// testKey is the digest key of the tests.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// secretSpec describes a Secret event for tests.
+type secretSpec struct {
+	name, uid   string
+	selector    *string
+	data        map[string][]byte
+	annotations map[string]string
+	typ         string
+	rv          string // "" for the next one in sequence
+}
+
+func (s secretSpec) json(t *testing.T) []byte {
+	ann := map[string]string{}
+	for k, v := range s.annotations {
+		ann[k] = v
+	}
+	if s.selector != nil {
+		ann[DefaultSelectorAnnotation] = *s.selector
+	}
+	name, uid, typ, rv := s.name, s.uid, s.typ, s.rv
+	if name == "" {
+		name = "webapp-secret"
+	}
+	if uid == "" {
+		uid = "secret-uid-1"
+	}
+	if typ == "" {
+		typ = "Opaque"
+	}
+	if rv == "" {
+		rv = strconv.FormatUint(lastRV.Add(1), 10)
+	}
+	obj := map[string]any{
+		"kind": "Secret", "apiVersion": "v1", "type": typ,
+		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv, "annotations": ann},
+		"data":     s.data, // encoding/json writes []byte as base64, as the API does
+	}
+	b, err := json.Marshal(obj)
+	require.NoError(t, err)
+	return b
+}
+
+// stateSpec describes an event of a Secret's state ConfigMap.
+func stateSpec(secret, keyID, recorded, intent string) cmSpec {
+	ann := map[string]string{StateOfSecretAnnotation: secret, DigestKeyIDAnnotation: keyID}
+	return cmSpec{name: stateName(secret), uid: "state-uid-" + secret, annotations: ann, recorded: recorded, intent: intent}
+}
+
+// secretHashOf is the digest the controller computes for a Secret's data.
+func secretHashOf(t *testing.T, data map[string][]byte) string {
+	obj, err := parseObject(secretSpec{data: data}.json(t), kindSecret, DefaultSelectorAnnotation, testKey)
+	require.NoError(t, err)
+	return obj.hash.text()
+}
+
+var (
+	s1 = map[string][]byte{"password": []byte("hunter2")}
+	s2 = map[string][]byte{"password": []byte("correct horse battery staple")}
+)
+
+// secretController is a controller watching Secrets in every namespace,
+// whose ConfigMaps and Secrets are listed as given before it starts.
+func secretController(t *testing.T, api *fakeAPI, cfg Config, configMaps []cmSpec, secrets []secretSpec) *Controller {
+	cfg.DigestKey = testKey
+	c, _ := newTestController(t, api.client(), cfg)
+	listSecrets(t, c, secrets...)
+	listConfigMaps(t, c, configMaps...)
+	start(t, c)
+	return c
+}
+
+func listConfigMaps(t *testing.T, c *Controller, specs ...cmSpec) {
+	h := c.ForNamespace("")
+	h.BeginList()
+	for _, s := range specs {
+		h.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})
+	}
+	h.EndList()
+}
+
+func listSecrets(t *testing.T, c *Controller, specs ...secretSpec) {
+	h := c.ForSecrets("")
+	h.BeginList()
+	for _, s := range specs {
+		h.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})
+	}
+	h.EndList()
+}
+
+func handleSecret(t *testing.T, c *Controller, typ watch.EventType, s secretSpec) {
+	c.ForSecrets("").Handle(watch.Event{Type: typ, Object: s.json(t)})
+}
+
+// TestSecretHashIsPinned pins the digest of Secret data and the key's id:
+// the records written with them must keep matching. The digest is over the
+// decoded bytes, binary ones included, keyed (the expected values were
+// computed apart, with Python's hmac over the stream secretHash describes).
+func TestSecretHashIsPinned(t *testing.T) {
+	binary := make([]byte, 32)
+	for i := range binary {
+		binary[i] = byte(0xff - i)
+	}
+	data := map[string][]byte{"blob": binary, "message": []byte("Hello")}
+	assert.Equal(t, "hmac-sha256:89f0dc6c902381e88396779847afa3629e26dee827965056f366a634f65f68ed", secretHashOf(t, data))
+	assert.Equal(t, "2b0400e5", keyID(testKey))
+}
+
+// TestSecretHashFollowsTheBytes ensures the digest changes with any byte,
+// key or key of another digest key, and with nothing else.
+func TestSecretHashFollowsTheBytes(t *testing.T) {
+	base := secretHashOf(t, map[string][]byte{"a": []byte("x"), "b": []byte("y")})
+	assert.Equal(t, base, secretHashOf(t, map[string][]byte{"b": []byte("y"), "a": []byte("x")}), "key order")
+	for name, other := range map[string]map[string][]byte{
+		"ValueChanged":    {"a": []byte("x"), "b": []byte("z")},
+		"BytesMoved":      {"a": []byte("xy"), "b": []byte("")},
+		"KeyRenamed":      {"a": []byte("x"), "c": []byte("y")},
+		"KeyAdded":        {"a": []byte("x"), "b": []byte("y"), "c": nil},
+		"TrailingNewline": {"a": []byte("x"), "b": []byte("y\n")},
+	} {
+		assert.NotEqual(t, base, secretHashOf(t, other), name)
+	}
+	obj, err := parseObject(secretSpec{data: s1}.json(t), kindSecret, DefaultSelectorAnnotation, []byte("another key, also 32 bytes long!"))
+	require.NoError(t, err)
+	assert.NotEqual(t, secretHashOf(t, s1), obj.hash.text(), "another key")
+	assert.NotEqual(t, hashOf(t, map[string]string{"password": "hunter2"}), secretHashOf(t, s1), "a ConfigMap's digest")
+}
+
+// TestSecretRecordingsDigest replays Secret events recorded from a real API
+// server: a data change (binary, stringData, a TLS rotation, a registry
+// credential) changes the digest, an annotation edit does not; state
+// annotations on a Secret itself are never read.
+func TestSecretRecordingsDigest(t *testing.T) {
+	digests := func(file string) map[string]string {
+		f, err := os.Open("../testdata/recorded/" + file)
+		require.NoError(t, err)
+		defer f.Close()
+		out := map[string]string{}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			ev := gjson.Get(sc.Text(), "object")
+			if gjson.Get(sc.Text(), "type").String() == "BOOKMARK" {
+				continue
+			}
+			obj, err := parseObject([]byte(ev.Raw), kindSecret, DefaultSelectorAnnotation, testKey)
+			require.NoError(t, err)
+			assert.True(t, obj.hash.keyed)
+			out[strconv.FormatUint(obj.version, 10)] = obj.hash.text()
+		}
+		require.NoError(t, sc.Err())
+		return out
+	}
+	events := digests("secrets-watch-events.ndjson")
+	assert.NotEqual(t, events["217"], events["218"], "blob replaced (binary)")
+	assert.Equal(t, events["218"], events["219"], "annotation added: metadata only")
+	assert.NotEqual(t, events["219"], events["221"], "message written through stringData")
+	tls := digests("secret-tls-rotated.ndjson")
+	assert.NotEqual(t, tls["227"], tls["228"], "tls.crt and tls.key rotated")
+	registry := digests("secret-dockerconfigjson.ndjson")
+	assert.NotEqual(t, registry["230"], registry["231"], ".dockerconfigjson replaced")
+
+	onSecret := secretSpec{data: s1, selector: ptr("app=webapp"), annotations: map[string]string{
+		RestartedForAnnotation: secretHashOf(t, s1), RestartingAnnotation: secretHashOf(t, s1) + "/uid-1",
+	}}
+	obj, err := parseObject(onSecret.json(t), kindSecret, DefaultSelectorAnnotation, testKey)
+	require.NoError(t, err)
+	assert.Equal(t, stored{}, obj.stored, "state on a Secret is not ours: ours is never there")
+}
+
+// TestStateName ensures a state ConfigMap's name is its Secret's with a
+// prefix, or, too long for one, a digest of it: a valid name either way.
+func TestStateName(t *testing.T) {
+	assert.Equal(t, "config-watcher-secret.db-password", stateName("db-password"))
+	long := strings.Repeat("a", 240)
+	name := stateName(long)
+	assert.LessOrEqual(t, len(name), 253)
+	assert.Equal(t, "config-watcher-secret.", name[:len(stateNamePrefix)])
+	assert.NotEqual(t, name, stateName(strings.Repeat("a", 241)))
+}
+
+// TestSecretChangeRestartsPodsOnce ensures a Secret's data change restarts
+// every selected pod once, and that its state goes to its state ConfigMap,
+// owned by the Secret, keyed, while nothing is written on the Secret.
+func TestSecretChangeRestartsPodsOnce(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}},
+		[]cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")}, []secretSpec{secret})
+	settle(t, c)
+	require.Empty(t, api.requests, "listed with its record: nothing to do")
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+	for _, r := range api.requests {
+		assert.NotContains(t, r.path, "/secrets", "nothing is written on a Secret")
+	}
+	patches := api.seen(http.MethodPatch, "configmaps")
+	require.Len(t, patches, 2, "the intent, then the record")
+	for _, p := range patches {
+		assert.Equal(t, "/api/v1/namespaces/ns/configmaps/config-watcher-secret.webapp-secret", p.path)
+		var body struct {
+			Metadata struct {
+				Labels          map[string]string   `json:"labels"`
+				Annotations     map[string]*string  `json:"annotations"`
+				OwnerReferences []map[string]string `json:"ownerReferences"`
+			} `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(p.body), &body))
+		assert.Equal(t, "config-watcher", body.Metadata.Labels["app.kubernetes.io/managed-by"])
+		assert.Equal(t, "webapp-secret", *body.Metadata.Annotations[StateOfSecretAnnotation])
+		assert.Equal(t, keyID(testKey), *body.Metadata.Annotations[DigestKeyIDAnnotation])
+		assert.Equal(t, []map[string]string{{"apiVersion": "v1", "kind": "Secret", "name": "webapp-secret", "uid": "secret-uid-1"}}, body.Metadata.OwnerReferences)
+	}
+	assert.Equal(t, []string{secretHashOf(t, s2)}, api.recordedHashes())
+	assert.True(t, strings.HasPrefix(api.intents()[0], secretHashOf(t, s2)+"/"), api.intents())
+}
+
+// TestSecretStateIsKnownOnlyOnceConfigMapsAreListed ensures a Secret seen
+// before the ConfigMaps of its namespace are listed waits for them: its
+// state ConfigMap tells whether its data changed while the controller was
+// down (acted on once) or not; none means first sight (adopted).
+func TestSecretStateIsKnownOnlyOnceConfigMapsAreListed(t *testing.T) {
+	tests := []struct {
+		name        string
+		state       []cmSpec
+		wantDeletes int
+		wantRecord  bool
+	}{
+		{"ChangedWhileDownActsOnce", []cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")}, 3, true},
+		{"UnchangedDoesNothing", []cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), "")}, 0, false},
+		{"NoStateAdopts", nil, 0, true},
+		{"StateUnderAnotherKeyAdopts", []cmSpec{stateSpec("webapp-secret", "00000000", secretHashOf(t, s1), "")}, 0, true},
+		{"IntentUnderAnotherKeyRestartsEveryPod", []cmSpec{stateSpec("webapp-secret", "00000000", secretHashOf(t, s1), secretHashOf(t, s2)+"/uid-1")}, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, MaxUnavailable: Budget{Percent: 100}})
+			cms := c.ForNamespace("")
+			cms.BeginList()
+			listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s2})
+			start(t, c)
+			settle(t, c)
+			require.Empty(t, api.requests, "the Secret's state is not known yet")
+
+			for _, s := range tt.state {
+				cms.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})
+			}
+			cms.EndList()
+			settle(t, c)
+			assert.Len(t, api.deletedPods(), tt.wantDeletes)
+			if tt.wantRecord {
+				assert.Equal(t, []string{secretHashOf(t, s2)}, api.recordedHashes())
+			} else {
+				assert.Empty(t, api.recordedHashes())
+			}
+		})
+	}
+}
+
+// TestSecretRewrittenWholeByItsOwner ensures an owner that writes the
+// Secret whole every sync, without our annotations, costs no write and no
+// restart, while a data change among its syncs is acted on once.
+func TestSecretRewrittenWholeByItsOwner(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1, annotations: map[string]string{"owner.example/synced": "1"}}
+	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}, []cmSpec{state}, []secretSpec{secret})
+
+	sync := func(n int) {
+		for i := range n {
+			secret.annotations = map[string]string{"owner.example/synced": strconv.Itoa(i)}
+			handleSecret(t, c, watch.Modified, secret)
+			settle(t, c)
+		}
+	}
+	sync(5)
+	assert.Empty(t, api.requests, "rewrites of the same data")
+
+	secret.data = s2
+	sync(1)
+	assert.Len(t, api.deletedPods(), 3)
+	// The state ConfigMap's events come back, as they do on a watch, at
+	// the revisions the writes answered.
+	api.mu.Lock()
+	rvs := append([]uint64(nil), api.patchRVs...)
+	api.mu.Unlock()
+	require.Len(t, rvs, 2)
+	intent := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), api.intents()[0])
+	intent.rv = strconv.FormatUint(rvs[0], 10)
+	record := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), "")
+	record.rv = strconv.FormatUint(rvs[1], 10)
+	handle(t, c, watch.Modified, intent)
+	handle(t, c, watch.Modified, record)
+	settle(t, c)
+	writes := len(api.seen(http.MethodPatch, "configmaps"))
+	sync(5)
+	assert.Len(t, api.deletedPods(), 3, "each pod once")
+	assert.Len(t, api.seen(http.MethodPatch, "configmaps"), writes, "no write after the owner's syncs")
+	assert.Equal(t, 2, writes, "one intent and one record for the change")
+}
+
+// TestSecretStateConfigMapCreatedOnFirstWrite ensures the first write of a
+// Secret's state creates its state ConfigMap (the patch finds none), with
+// no removal in it, and that a deleted one is created again.
+func TestSecretStateConfigMapCreatedOnFirstWrite(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.fault = func(r request) (int, string, bool) {
+		switch {
+		case r.method == http.MethodPatch && strings.HasSuffix(r.path, "/configmaps/config-watcher-secret.webapp-secret"):
+			return 404, `{"kind":"Status","code":404,"reason":"NotFound"}`, true
+		case r.method == http.MethodPost && r.path == "/api/v1/namespaces/ns/configmaps":
+			return 201, `{"kind":"ConfigMap","metadata":{"resourceVersion":"` + strconv.FormatUint(lastRV.Add(1), 10) + `"}}`, true
+		}
+		return 0, "", false
+	}
+	c := secretController(t, api, Config{RecordHash: true}, nil, []secretSpec{{selector: ptr("app=webapp"), data: s1}})
+	settle(t, c)
+
+	creates := api.seen(http.MethodPost, "configmaps")
+	require.Len(t, creates, 1, "the adoption's record")
+	var body map[string]any
+	require.NoError(t, json.Unmarshal([]byte(creates[0].body), &body))
+	meta := body["metadata"].(map[string]any)
+	assert.Equal(t, "ConfigMap", body["kind"])
+	assert.Equal(t, "config-watcher-secret.webapp-secret", meta["name"])
+	assert.Equal(t, map[string]any{
+		RestartedForAnnotation:  secretHashOf(t, s1),
+		StateOfSecretAnnotation: "webapp-secret",
+		DigestKeyIDAnnotation:   keyID(testKey),
+	}, meta["annotations"], "no removal of I in a create")
+	assert.Empty(t, api.deletedPods())
+}
+
+// TestSecretAndConfigMapOfOneNameAreTwoObjects ensures a ConfigMap and a
+// Secret of the same name keep apart: each restarts its own pods for its
+// own change.
+func TestSecretAndConfigMapOfOneNameAreTwoObjects(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	cm := cmSpec{name: "webapp", selector: ptr("app=db"), recorded: hashOf(t, v1), data: v1}
+	secret := secretSpec{name: "webapp", selector: ptr("app=webapp"), data: s1}
+	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}},
+		[]cmSpec{cm, stateSpec("webapp", keyID(testKey), secretHashOf(t, s1), "")}, []secretSpec{secret})
+	settle(t, c)
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+
+	cm.data = v2
+	handle(t, c, watch.Modified, cm)
+	settle(t, c)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3", "db-1"}, api.deletedPods())
+	assert.Contains(t, c.entries, "secret/ns/webapp")
+	assert.Contains(t, c.entries, "ns/webapp")
+}
+
+// TestSecretDataNeverLeaves feeds a Secret whose value is a marker through
+// every path that logs, records an Event or counts: an adoption, a round, a
+// dry run, an invalid selector, a state write the server refuses quoting
+// it; the marker, its base64, and any 8 hex digits of its
+// SHA-256, of its base64's, or of the keyed digest in the state ConfigMap
+// appear in no log line, Event or metric.
+func TestSecretDataNeverLeaves(t *testing.T) {
+	marker := "cw-marker-" + hex.EncodeToString([]byte(t.Name()))[:16]
+	data := map[string][]byte{"password": []byte(marker)}
+	other := map[string][]byte{"password": []byte(marker + "-2")}
+	var forbidden []string
+	for _, d := range []map[string][]byte{data, other} {
+		value := string(d["password"])
+		b64 := base64.StdEncoding.EncodeToString(d["password"])
+		plain, ofB64 := sha256.Sum256(d["password"]), sha256.Sum256([]byte(b64))
+		keyed := strings.TrimPrefix(secretHashOf(t, d), keyedDigestPrefix)
+		forbidden = append(forbidden, value, b64, hex.EncodeToString(plain[:]), hex.EncodeToString(ofB64[:]), keyed)
+	}
+
+	forbidden = append(forbidden, hex.EncodeToString(testKey), string(testKey))
+
+	logs, rec := &testlog.Buffer{}, &fakeRecorder{}
+	var metricsText strings.Builder
+	run := func(cfg Config, sel string, refuse bool) {
+		reg := metrics.NewRegistry()
+		defer func() {
+			srv := httptest.NewServer(reg)
+			defer srv.Close()
+			resp, err := http.Get(srv.URL)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			_, err = io.Copy(&metricsText, resp.Body)
+			require.NoError(t, err)
+		}()
+		api := newFakeAPI(t, webPods()...)
+		if refuse {
+			api.fault = func(r request) (int, string, bool) {
+				if r.method != http.MethodPatch {
+					return 0, "", false
+				}
+				// A server quoting what it refuses.
+				status, _ := json.Marshal(map[string]any{"kind": "Status", "code": 422, "reason": "Invalid",
+					"message": "ConfigMap is invalid: metadata.annotations: Invalid value: " + r.body})
+				return 422, string(status), true
+			}
+		}
+		cfg.SelectorAnnotation, cfg.DigestKey, cfg.Events, cfg.NewBackOff = DefaultSelectorAnnotation, testKey, rec, fastBackOff
+		c := New(cfg, api.client(), slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), NewMetrics(reg))
+		listSecrets(t, c, secretSpec{selector: ptr(sel), data: data})
+		listConfigMaps(t, c)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		if refuse {
+			// The adoption's record is refused, and retried until the end.
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "write refused") }, waitFor, time.Millisecond)
+			return
+		}
+		require.Eventually(t, c.queue.active, waitFor, time.Millisecond)
+		settle(t, c)
+		handleSecret(t, c, watch.Modified, secretSpec{selector: ptr(sel), data: other})
+		settle(t, c)
+	}
+	run(Config{RecordHash: true}, "app=webapp", false)
+	run(Config{RecordHash: true, DryRun: true}, "app=webapp", false)
+	run(Config{RecordHash: true}, "app in (", false)
+	run(Config{RecordHash: true}, "app=webapp", true)
+	var events strings.Builder
+	for _, e := range rec.all() {
+		events.WriteString(e.kind + " " + e.reason + " " + e.message + "\n")
+	}
+	require.Contains(t, events.String(), "Secret PodsRestarted Restarted 3 pod(s) matching app=webapp for resourceVersion ")
+	require.Contains(t, events.String(), "Secret WriteRefused")
+	require.Contains(t, logs.String(), `"secret":"webapp-secret"`)
+	for where, text := range map[string]string{"logs": logs.String(), "events": events.String(), "metrics": metricsText.String()} {
+		for _, f := range forbidden {
+			for i := 0; i+8 <= len(f); i++ {
+				if strings.Contains(text, f[i:i+8]) {
+					t.Errorf("%s contain %q, 8 characters of %q", where, f[i:i+8], f)
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestOwnerSyncDuringARoundKeepsItsIntent ensures a Secret event that comes
+// during a round, before any event of its state ConfigMap, does not read as
+// the round's intent wiped: the intent is written once.
+func TestOwnerSyncDuringARoundKeepsItsIntent(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	var synced atomic.Bool
+	var c *Controller
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete && synced.CompareAndSwap(false, true) {
+			secret.annotations = map[string]string{"owner.example/synced": "1"}
+			handleSecret(t, c, watch.Modified, secret)
+		}
+		return 0, "", false
+	}
+	c = secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}, nil, []secretSpec{secret})
+	settle(t, c)
+	require.Equal(t, []string{secretHashOf(t, s1)}, api.recordedHashes(), "adopted: the state ConfigMap written, its event not seen")
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	assert.True(t, synced.Load())
+	assert.Len(t, api.deletedPods(), 3)
+	written := 0
+	for _, in := range api.intents() {
+		if in != "" { // "": the records remove I
+			written++
+		}
+	}
+	assert.Equal(t, 1, written, "the intent written once: %v", api.intents())
+}

@@ -1,0 +1,100 @@
+package policy
+
+// The acting half: workers take keys from the queue (queue.go) and take each
+// object one step along the state model (reconcile, round.go). What they
+// know of the objects comes from the observing half (observe.go), read
+// under c.mu.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// syncWait bounds the wait for the initial lists: one that keeps failing
+// (RBAC, say) must not hold rounds elsewhere.
+const syncWait = 10 * time.Second
+
+// Run works the queue until ctx is done, then gives rounds in flight
+// ShutdownGrace to finish.
+func (c *Controller) Run(ctx context.Context) {
+	c.Lead(ctx, func() time.Duration { return c.cfg.ShutdownGrace })
+}
+
+// Lead works the queue until ctx is done, then stops taking work and gives
+// rounds in flight grace() to finish before their requests are cancelled.
+// It may be called again, one leadership term after another; meanwhile
+// events still update the state, and each term begins by queueing every
+// ConfigMap that needs action.
+func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
+	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAct()
+	c.queue.setPaused(false)
+	c.enqueueAll()
+	c.releaseAfterSync()
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { c.work(actCtx) })
+	}
+	<-ctx.Done()
+	c.queue.setPaused(true)
+	stopAct := time.AfterFunc(grace(), cancelAct)
+	defer stopAct.Stop()
+	wg.Wait()
+}
+
+// enqueueAll queues every known ConfigMap that needs action, for a new
+// leader: it may have stood by while changes were made (the queue takes
+// nothing while no term runs).
+func (c *Controller) enqueueAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.entries {
+		if e.exists && e.decide(c.recordsOnServer()) != stepNothing {
+			c.queue.Add(key) // lock order: c.mu, then the queue's
+		}
+	}
+}
+
+func (c *Controller) work(ctx context.Context) {
+	if c.unsynced.Load() > 0 {
+		select {
+		case <-c.synced:
+		case <-time.After(syncWait):
+		case <-ctx.Done():
+		}
+	}
+	for {
+		key, ok := c.queue.Get()
+		if !ok {
+			return
+		}
+		result, after, err := c.reconcile(ctx, key)
+		c.metrics.Reconciles.Inc(result)
+		c.mu.Lock()
+		c.pruneHalted()
+		if err != nil {
+			b, ok := c.retries[key]
+			if !ok {
+				b = c.cfg.NewBackOff()
+				c.retries[key] = b
+			}
+			delay := watch.RetryDelay(b, err)
+			c.mu.Unlock()
+			c.log.Warn("round failed; will retry", "key", key, "retry_in", delay.Round(time.Millisecond), "err", err)
+			c.queue.AddAfter(key, delay, true)
+		} else {
+			delete(c.retries, key)
+			c.mu.Unlock()
+			if after > 0 {
+				c.queue.AddAfter(key, after, false) // replaces a retry due from an earlier failure
+			} else {
+				c.queue.Forget(key) // a retry due from an earlier failure would only look again
+			}
+		}
+		c.queue.Done(key)
+		c.releaseAfterSync()
+	}
+}
