@@ -158,17 +158,19 @@ func cmdNamespace(args []string) error {
 	return fmt.Errorf("no default ServiceAccount in %s after 60s", *ns)
 }
 
+// bulkFlags defines the flags of the commands that create objects in bulk.
+func bulkFlags(fs *flag.FlagSet) (base, ns, annotation *string, n, from, workers *int) {
+	return fs.String("api", "", "API URL (kubectl proxy)"), fs.String("ns", "", "namespace"),
+		fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation"),
+		fs.Int("n", 1000, "how many"), fs.Int("from", 0, "first index"), fs.Int("workers", 8, "concurrent requests")
+}
+
 // cmdCreate creates ConfigMaps cm-FROM … cm-(FROM+N-1) with one key of -size
 // bytes; every second one is annotated with a selector that matches no pod.
 func cmdCreate(args []string) error {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
-	base := fs.String("api", "", "API URL (kubectl proxy)")
-	ns := fs.String("ns", "", "namespace")
-	n := fs.Int("n", 1000, "how many")
-	from := fs.Int("from", 0, "first index")
+	base, ns, annotation, n, from, workers := bulkFlags(fs)
 	size := fs.Int("size", 1024, "bytes of data per ConfigMap")
-	workers := fs.Int("workers", 8, "concurrent requests")
-	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
 	_ = fs.Parse(args)
 	a := api{*base}
 	value := strings.Repeat("key = some configuration value\n", *size/31+1)[:*size]

@@ -80,13 +80,8 @@ func pem(r *rand.Rand, label string, der, count int) []byte {
 // selector that matches no pod), the others none.
 func cmdSecrets(args []string) error {
 	fs := flag.NewFlagSet("secrets", flag.ExitOnError)
-	base := fs.String("api", "", "API URL (kubectl proxy)")
-	ns := fs.String("ns", "", "namespace")
-	n := fs.Int("n", 1000, "how many")
-	from := fs.Int("from", 0, "first index")
+	base, ns, annotation, n, from, workers := bulkFlags(fs)
 	every := fs.Int("every", 500, "annotate every so many")
-	workers := fs.Int("workers", 8, "concurrent requests")
-	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
 	_ = fs.Parse(args)
 	a := api{*base}
 	done := progress("Secrets", *n)
