@@ -28,12 +28,12 @@
 # files alone.
 #
 #   bench/memory.sh                 on a fresh control plane of its own (hack/cluster.sh)
-#   BENCH_MEM_PARTS=secrets bench/memory.sh    the Secrets part alone, about 3 minutes
+#   BENCH_MEM_PARTS=secrets bench/memory.sh    the Secrets part alone, about 2 minutes
 #   called by bench/run.sh          on run.sh's control plane, with its binaries (BENCH_WORK)
 #
 # Settings: BENCH_MEM_PARTS ("volume podindex secrets"), BENCH_BIG_COUNTS ("0 10 40 200"),
 # BENCH_BIG_SIZE (900000 bytes), BENCH_MEM_BEFORE (main), BENCH_PODS (5000),
-# BENCH_SECRETS (5000), BENCH_SECRET_CMS (5000), BENCH_RESULTS. About 8 minutes on 2 cores.
+# BENCH_SECRETS (5000), BENCH_SECRET_CMS (5000), BENCH_RESULTS. About 7 minutes on 2 cores.
 set -euo pipefail
 
 BENCH_STEP_PREFIX="memory: "
