@@ -169,7 +169,7 @@ func postSecret(t *testing.T, ns, name, typ, selector string, data map[string][]
 		map[string]any{"apiVersion": "v1", "kind": "Secret", "type": typ, "metadata": meta, "data": data}, http.StatusCreated)
 }
 
-// patchSecretData replaces the data of Secret name in ns.
+// patchSecretData sets the given keys of the data of Secret name in ns (a merge patch).
 func patchSecretData(t *testing.T, ns, name string, data map[string][]byte) {
 	t.Helper()
 	proxyJSON(t, http.MethodPatch, "/api/v1/namespaces/"+ns+"/secrets/"+name, "application/merge-patch+json",
