@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/url"
 	"sync"
@@ -62,7 +63,7 @@ type EventRecorder interface {
 
 // API is the slice of the API client the controller acts through.
 type API interface {
-	Get(ctx context.Context, path string, query url.Values, accept string) ([]byte, error)
+	GetBody(ctx context.Context, path string, query url.Values, accept string) (io.ReadCloser, error)
 	Delete(ctx context.Context, path string, body []byte) ([]byte, error)
 	Create(ctx context.Context, path string, body []byte) ([]byte, error)
 	MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error)

@@ -44,7 +44,9 @@ type request struct {
 // fakeAPI is an httptest API server for pods and ConfigMap patches that
 // behaves like kube-apiserver where the controller depends on it: label
 // selector filtering, paging, uid preconditions, 404/409 answers. fault, if
-// set, may answer a request itself.
+// set, may answer a request itself. It keeps state; watch's tests have a
+// server of their own that plays a script of answers in order instead,
+// and one server doing both would read harder than either.
 type fakeAPI struct {
 	t        *testing.T
 	mu       sync.Mutex

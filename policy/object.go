@@ -6,12 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash"
+	"io"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -103,9 +103,9 @@ func (obj object) dataAttr() slog.Attr {
 // aliases raw. Where a key repeats, the first occurrence counts, in
 // annotations the last. key is the digest key of Secret data.
 func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (object, error) {
-	// In place: gjson's []byte functions copy what they return, and a value
-	// may be 1 MiB. What is kept is cloned.
-	doc := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
+	// One copy of the object, read in place from there; what is kept is
+	// cloned, so that it does not hold the copy (a value may be 1 MiB).
+	doc := gjson.ParseBytes(raw)
 	meta := doc.Get("metadata")
 	obj := object{
 		kind:      k,
@@ -224,7 +224,7 @@ func served(s string) string {
 
 func writeString(h hash.Hash, s string) {
 	writeUint(h, uint64(len(s)))
-	h.Write(unsafe.Slice(unsafe.StringData(s), len(s))) // not a copy of a value of up to 1 MiB; Write keeps nothing
+	io.WriteString(h, s)
 }
 
 func writeUint(h hash.Hash, n uint64) { h.Write(binary.BigEndian.AppendUint64(nil, n)) }

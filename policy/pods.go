@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // listedPod is a pod as a LIST shows it: what a round decides on, nothing
@@ -37,8 +39,8 @@ func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selec
 	return pods, err
 }
 
-// podPage is the page size of pod lists. Whole pods are a few KiB each:
-// a page stays within a few MiB.
+// podPage is the page size of pod lists. Pages are read item by item:
+// memory follows the largest pod, not the page.
 const podPage = "250"
 
 // eachPod lists pods with query q, page by page, and calls visit for each.
@@ -48,46 +50,54 @@ func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values
 	q.Set("limit", podPage)
 	path := apiclient.CorePath(namespace, "pods", "")
 	for {
-		body, err := c.api.Get(ctx, path, q, "application/json")
+		body, err := c.api.GetBody(ctx, path, q, "application/json")
 		if err != nil {
 			if apiclient.IsForbidden(err) {
 				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
 			}
 			return err
 		}
-		if !gjson.ValidBytes(body) {
-			return fmt.Errorf("pod list is not valid JSON (%d bytes)", len(body))
-		}
-		page := gjson.ParseBytes(body)
-		page.Get("items").ForEach(func(_, item gjson.Result) bool {
-			meta := item.Get("metadata")
-			p := listedPod{podRef: podRef{name: meta.Get("name").String(), uid: meta.Get("uid").String(), rv: meta.Get("resourceVersion").String()},
-				terminating: meta.Get("deletionTimestamp").Exists(),
-				ready:       item.Get(`status.conditions.#(type=="Ready").status`).String() == "True",
-				owned:       meta.Get(`ownerReferences.#(controller==true)`).Exists(),
-			}
-			p.version, _ = strconv.ParseUint(p.rv, 10, 64)
-			if p.name == "" || p.uid == "" {
+		meta, err := watch.ReadPage(body, func(raw []byte) {
+			if p, ok := readPod(raw); ok {
+				visit(p)
+			} else {
 				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
-				return true
 			}
-			if !p.ready {
-				p.why = notReady(item.Get("status"))
-			}
-			p.labels = map[string]string{}
-			meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
-				p.labels[k.String()] = v.String()
-				return true
-			})
-			visit(p)
-			return true
 		})
-		cont := page.Get("metadata.continue").String()
-		if cont == "" {
+		body.Close()
+		if err != nil {
+			return fmt.Errorf("pod list of %s: %w", namespace, err)
+		}
+		if meta.Continue == "" {
 			return nil
 		}
-		q.Set("continue", cont)
+		q.Set("continue", meta.Continue)
 	}
+}
+
+// readPod reads one pod of a list; false if it has no name or uid. What it
+// returns does not hold raw.
+func readPod(raw []byte) (listedPod, bool) {
+	item := gjson.ParseBytes(raw)
+	meta := item.Get("metadata")
+	p := listedPod{podRef: podRef{name: strings.Clone(meta.Get("name").String()), uid: strings.Clone(meta.Get("uid").String()), rv: strings.Clone(meta.Get("resourceVersion").String())},
+		terminating: meta.Get("deletionTimestamp").Exists(),
+		ready:       item.Get(`status.conditions.#(type=="Ready").status`).String() == "True",
+		owned:       meta.Get(`ownerReferences.#(controller==true)`).Exists(),
+	}
+	if p.name == "" || p.uid == "" {
+		return listedPod{}, false
+	}
+	p.version, _ = strconv.ParseUint(p.rv, 10, 64)
+	if !p.ready {
+		p.why = strings.Clone(notReady(item.Get("status")))
+	}
+	p.labels = map[string]string{}
+	meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
+		p.labels[strings.Clone(k.String())] = strings.Clone(v.String())
+		return true
+	})
+	return p, true
 }
 
 // notReady says why a pod is not Ready, from its status: a container's

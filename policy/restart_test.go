@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -300,9 +301,9 @@ func (o *callOrder) first(n int, skip string) []string {
 	return calls[:min(n, len(calls))]
 }
 
-func (o *callOrder) Get(ctx context.Context, path string, q url.Values, accept string) ([]byte, error) {
+func (o *callOrder) GetBody(ctx context.Context, path string, q url.Values, accept string) (io.ReadCloser, error) {
 	o.began(http.MethodGet)
-	return o.API.Get(ctx, path, q, accept)
+	return o.API.GetBody(ctx, path, q, accept)
 }
 
 func (o *callOrder) Delete(ctx context.Context, path string, body []byte) ([]byte, error) {

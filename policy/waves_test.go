@@ -437,3 +437,33 @@ func TestWholePodsFromARecordedList(t *testing.T) {
 		assert.Equal(t, "phase Pending", p.why)
 	}
 }
+
+// TestPodListCutShortListsAgain ensures a pod list that ends mid-page, or
+// is not a list, fails the wave (it is retried) instead of passing for the
+// pods read so far: a round must not decide on part of a list.
+func TestPodListCutShortListsAgain(t *testing.T) {
+	list, err := os.ReadFile("../testdata/recorded/pods-list.json")
+	require.NoError(t, err)
+	for name, body := range map[string][]byte{
+		"CutShort":  list[:len(list)*2/3],
+		"NotAList":  []byte(`{"items":{"a":1}}`),
+		"NotJSON":   []byte(`<html>bad gateway</html>`),
+		"ItemsCut":  []byte(`{"metadata":{},"items":[{"metadata":{"name":"webapp-1"`),
+		"TrailingX": append(append([]byte{}, list...), 'x'),
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(body)
+			}))
+			t.Cleanup(srv.Close)
+			client, err := apiclient.New(srv.URL, "test")
+			require.NoError(t, err)
+			c, _ := newTestController(t, client, Config{})
+			sel, err := selector.Parse("app=webapp")
+			require.NoError(t, err)
+			_, err = c.listWhole(t.Context(), "default", sel)
+			assert.Error(t, err)
+		})
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -128,8 +127,8 @@ func (d *Decoder) readLine() ([]byte, error) {
 	}
 }
 
-// decodeLine parses one line without copying the object: gjson reads it
-// through a string view, and Object is the slice of the line gjson points at.
+// decodeLine parses one line. Object is the slice of the line that holds
+// the object (gjson's result is a copy; its Index places it in the line).
 func decodeLine(line []byte) (Event, error) {
 	malformed := func(reason string) (Event, error) {
 		return Event{}, &MalformedError{Reason: reason, Length: len(line)}
@@ -137,16 +136,15 @@ func decodeLine(line []byte) (Event, error) {
 	if !gjson.ValidBytes(line) {
 		return malformed("not valid JSON")
 	}
-	view := unsafe.String(unsafe.SliceData(line), len(line)) // not kept past this call
-	if !gjson.Parse(view).IsObject() {
+	if trimmed := bytes.TrimLeft(line, " \t\r\n"); trimmed[0] != '{' {
 		return malformed("not a JSON object")
 	}
-	typeResult := gjson.Get(view, "type") // where a key repeats, the first counts
+	typeResult := gjson.GetBytes(line, "type") // where a key repeats, the first counts
 	typ, ok := streamTypes[typeResult.String()]
 	if !ok || typeResult.Type != gjson.String {
 		return malformed(fmt.Sprintf("unknown event type %.40q", typeResult.String()))
 	}
-	object := gjson.Get(view, "object")
+	object := gjson.GetBytes(line, "object")
 	// Index locates the object in the line; gjson leaves it 0 when it cannot.
 	if !object.IsObject() || object.Index <= 0 || object.Index+len(object.Raw) > len(line) {
 		return malformed("event has no object")
@@ -159,6 +157,6 @@ func decodeLine(line []byte) (Event, error) {
 	if rv.Type != gjson.String || rv.Str == "" {
 		return malformed(string(typ) + " event without metadata.resourceVersion")
 	}
-	ev.ResourceVersion = strings.Clone(rv.Str)
+	ev.ResourceVersion = strings.Clone(rv.Str) // not a view of the object's copy
 	return ev, nil
 }

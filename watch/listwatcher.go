@@ -267,13 +267,13 @@ func (lw *ListWatcher) query(q url.Values) url.Values {
 }
 
 // listPage reads one page and hands over its items as it decodes them.
-func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (listMeta, error) {
+func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (ListMeta, error) {
 	body, err := lw.client.GetBody(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataListAccept))
 	if err != nil {
-		return listMeta{}, err
+		return ListMeta{}, err
 	}
 	defer body.Close()
-	return readPage(body, func(raw []byte) {
+	return ReadPage(body, func(raw []byte) {
 		rv := gjson.GetBytes(raw, "metadata.resourceVersion")
 		if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
 			lw.metrics.Malformed.Inc()

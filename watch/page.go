@@ -7,8 +7,8 @@ import (
 	"io"
 )
 
-// listMeta is what a list page says of itself.
-type listMeta struct {
+// ListMeta is what a list page says of itself.
+type ListMeta struct {
 	ResourceVersion string `json:"resourceVersion"`
 	Continue        string `json:"continue"`
 }
@@ -20,14 +20,14 @@ var (
 	errInvalidJSON = errors.New("not valid JSON")
 )
 
-// readPage decodes one list page from r as it arrives and calls item for each
-// element of its items array. item's argument is reused for the next one
+// ReadPage decodes one list page from r as it arrives and calls item for each
+// element of its items array: the one reader of every list page. item's argument is reused for the next one
 // (copy what you keep), so a page costs its largest item, not their sum. A
 // page cut short is an error wrapping io.ErrUnexpectedEOF, and the items
 // handed over by then belong to an incomplete list.
-func readPage(r io.Reader, item func(raw []byte)) (listMeta, error) {
+func ReadPage(r io.Reader, item func(raw []byte)) (ListMeta, error) {
 	dec := json.NewDecoder(r)
-	var meta listMeta
+	var meta ListMeta
 	if err := expectDelim(dec, '{'); err != nil {
 		return meta, err
 	}
@@ -52,7 +52,13 @@ func readPage(r io.Reader, item func(raw []byte)) (listMeta, error) {
 			}
 		}
 	}
-	return meta, expectDelim(dec, '}')
+	if err := expectDelim(dec, '}'); err != nil {
+		return meta, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return meta, fmt.Errorf("%w: more after the list", errNotAList)
+	}
+	return meta, nil
 }
 
 func readItems(dec *json.Decoder, raw *json.RawMessage, item func([]byte)) error {

@@ -15,10 +15,10 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// pageItems reads a page with readPage and returns a copy of each item.
-func pageItems(r io.Reader) ([]string, listMeta, error) {
+// pageItems reads a page with ReadPage and returns a copy of each item.
+func pageItems(r io.Reader) ([]string, ListMeta, error) {
 	var items []string
-	meta, err := readPage(r, func(raw []byte) { items = append(items, string(raw)) })
+	meta, err := ReadPage(r, func(raw []byte) { items = append(items, string(raw)) })
 	return items, meta, err
 }
 
@@ -34,7 +34,7 @@ func TestReadPageRecorded(t *testing.T) {
 				}
 				body := readFile(t, fixture(t, src.dir, src.recorded, name))
 				var want struct {
-					Metadata listMeta          `json:"metadata"`
+					Metadata ListMeta          `json:"metadata"`
 					Items    []json.RawMessage `json:"items"`
 				}
 				require.NoError(t, json.Unmarshal([]byte(body), &want))
@@ -86,21 +86,23 @@ func TestReadPageShapes(t *testing.T) {
 		name      string
 		body      string
 		wantItems []string
-		wantMeta  listMeta
+		wantMeta  ListMeta
 		wantErr   string
 	}{
-		{name: "ItemsNullIsEmpty", body: `{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"7"},"items":null}`, wantMeta: listMeta{ResourceVersion: "7"}},
-		{name: "ItemsEmpty", body: `{"metadata":{"resourceVersion":"7"},"items":[]}`, wantMeta: listMeta{ResourceVersion: "7"}},
-		{name: "ItemsMissing", body: `{"metadata":{"resourceVersion":"7"}}`, wantMeta: listMeta{ResourceVersion: "7"}},
-		{name: "MetadataAfterItems", body: `{"items":[{"a":1},{"b":2}],"metadata":{"resourceVersion":"8","continue":"c"}}`, wantItems: []string{`{"a":1}`, `{"b":2}`}, wantMeta: listMeta{ResourceVersion: "8", Continue: "c"}},
-		{name: "UnknownMembersReadPast", body: `{"x":{"y":[1,2,{"z":null}]},"metadata":{"resourceVersion":"9"},"items":[{"a":"\"]}"}],"w":"v"}`, wantItems: []string{`{"a":"\"]}"}`}, wantMeta: listMeta{ResourceVersion: "9"}},
-		{name: "SpacesBetweenTokens", body: " {\n \"metadata\" : { \"resourceVersion\" : \"3\" } ,\n \"items\" : [ {\"a\":1} ,\n {\"b\":2} ] }\n", wantItems: []string{`{"a":1}`, `{"b":2}`}, wantMeta: listMeta{ResourceVersion: "3"}},
+		{name: "ItemsNullIsEmpty", body: `{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"7"},"items":null}`, wantMeta: ListMeta{ResourceVersion: "7"}},
+		{name: "ItemsEmpty", body: `{"metadata":{"resourceVersion":"7"},"items":[]}`, wantMeta: ListMeta{ResourceVersion: "7"}},
+		{name: "ItemsMissing", body: `{"metadata":{"resourceVersion":"7"}}`, wantMeta: ListMeta{ResourceVersion: "7"}},
+		{name: "MetadataAfterItems", body: `{"items":[{"a":1},{"b":2}],"metadata":{"resourceVersion":"8","continue":"c"}}`, wantItems: []string{`{"a":1}`, `{"b":2}`}, wantMeta: ListMeta{ResourceVersion: "8", Continue: "c"}},
+		{name: "UnknownMembersReadPast", body: `{"x":{"y":[1,2,{"z":null}]},"metadata":{"resourceVersion":"9"},"items":[{"a":"\"]}"}],"w":"v"}`, wantItems: []string{`{"a":"\"]}"}`}, wantMeta: ListMeta{ResourceVersion: "9"}},
+		{name: "SpacesBetweenTokens", body: " {\n \"metadata\" : { \"resourceVersion\" : \"3\" } ,\n \"items\" : [ {\"a\":1} ,\n {\"b\":2} ] }\n", wantItems: []string{`{"a":1}`, `{"b":2}`}, wantMeta: ListMeta{ResourceVersion: "3"}},
 		{name: "ItemsNotArrayFails", body: `{"items":{"a":1}}`, wantErr: "items is not an array"},
 		{name: "ArrayNotAListFails", body: `[{"a":1}]`, wantErr: "not a list"},
 		{name: "StatusStringFails", body: `"oops"`, wantErr: "not a list"},
 		{name: "EmptyBodyIsUnexpectedEOF", body: ``, wantErr: "unexpected EOF"},
 		{name: "GarbageFailsWithoutQuotingIt", body: `{"items":[{"a":1}x]}`, wantErr: "not valid JSON at byte 17"},
 		{name: "MetadataNotObjectFails", body: `{"metadata":"x","items":[]}`, wantErr: "metadata"},
+		{name: "TrailingNewlineIsTheEnd", body: "{\"metadata\":{\"resourceVersion\":\"7\"},\"items\":[]}\n", wantMeta: ListMeta{ResourceVersion: "7"}},
+		{name: "MoreAfterTheListFails", body: `{"metadata":{"resourceVersion":"7"},"items":[]}{"items":[{"a":1}]}`, wantErr: "more after the list"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +126,7 @@ func TestReadPageHoldsOneItem(t *testing.T) {
 	body := `{"metadata":{"resourceVersion":"1"},"items":[` + big + `,{"a":1}]}`
 	var firsts []*byte
 	var sizes []int
-	_, err := readPage(strings.NewReader(body), func(raw []byte) {
+	_, err := ReadPage(strings.NewReader(body), func(raw []byte) {
 		firsts = append(firsts, &raw[:1][0])
 		sizes = append(sizes, len(raw))
 	})
@@ -133,7 +135,7 @@ func TestReadPageHoldsOneItem(t *testing.T) {
 	assert.Same(t, firsts[0], firsts[1], "the second item reuses the first one's buffer")
 }
 
-// BenchmarkListPage compares readPage with what the loop did before: the
+// BenchmarkListPage compares ReadPage with what the loop did before: the
 // whole page read (io.ReadAll) and then walked with gjson. A page of 40
 // ConfigMaps of 900 KB; B/op is what each allocates to read it.
 func BenchmarkListPage(b *testing.B) {
@@ -149,7 +151,7 @@ func BenchmarkListPage(b *testing.B) {
 		b.SetBytes(int64(len(page)))
 		for b.Loop() {
 			n := 0
-			if _, err := readPage(bytes.NewReader(page), func(raw []byte) {
+			if _, err := ReadPage(bytes.NewReader(page), func(raw []byte) {
 				n += len(gjson.GetBytes(raw, "metadata.resourceVersion").Str)
 			}); err != nil || n == 0 {
 				b.Fatal(err)

@@ -87,7 +87,7 @@ func TestReplayWatchEvents(t *testing.T) {
 		t.Run(src.name, func(t *testing.T) {
 			listBody := readFile(t, fixture(t, src.dir, src.recorded, "list.json"))
 			lines := readLines(t, fixture(t, src.dir, src.recorded, "watch-events.ndjson"))
-			want, listMeta := expectedList(t, listBody)
+			want, ListMeta := expectedList(t, listBody)
 			want = append([]string{"BeginList"}, append(want, "EndList")...)
 			var lastRV string
 			for _, line := range lines {
@@ -106,7 +106,7 @@ func TestReplayWatchEvents(t *testing.T) {
 			l.stop(t)
 
 			assert.Equal(t, want, l.h.seen())
-			assert.Equal(t, []string{listMeta.Metadata.ResourceVersion, lastRV}, api.watchRVs())
+			assert.Equal(t, []string{ListMeta.Metadata.ResourceVersion, lastRV}, api.watchRVs())
 			assert.Len(t, api.listRequests(), 1, "no relist")
 			assert.Zero(t, l.m.Malformed.Value())
 		})
