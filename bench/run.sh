@@ -20,11 +20,13 @@
 #            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
 #   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
-#            (900 KB each), config-watcher (and built from main) against the informer
+#            (900 KB each), config-watcher (and built from main) against the informer;
+#            then 5,000 Secrets and 5,000 ConfigMaps watched together (WATCH_SECRETS=true),
+#            against the informer watching both kinds
 #   waves    bench/waves.sh: 100 Deployment pods made Ready 1 s after they appear, rolled
 #            with MAX_UNAVAILABLE=25% and 100%: rollout time, lowest Ready count, first restart
 #
-# About 20 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 25 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
 # Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
@@ -195,7 +197,7 @@ for ((i = 0; ; i++)); do
 	sleep 1
 done
 
-step "memory against ConfigMap volume: peak and steady RSS, 0 to 180 MB of ConfigMaps (bench/memory.sh)"
+step "memory against volume: 0 to 180 MB of ConfigMaps; Secrets and ConfigMaps together (bench/memory.sh)"
 BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/memory.sh"
 
 step "restarts in waves: MAX_UNAVAILABLE=25% against 100% (bench/waves.sh)"

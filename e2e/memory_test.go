@@ -4,13 +4,17 @@ package e2e
 
 // The memory bound of issue 12: the controller runs inside a memory cgroup of
 // its own, limited to what the manifests give its container, in a namespace
-// holding far more ConfigMap data than that limit.
+// holding far more ConfigMap (or Secret) data than that limit.
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +30,10 @@ import (
 const (
 	bigConfigMaps    = 40
 	bigConfigMapSize = 900_000 // bytes of data each: 36 MB in all, none annotated
+	// Bytes of data in each large Secret, decoded: a TLS bundle of 1 MB. Under the API's
+	// 1 MiB limit on a Secret's data, and with its base64 form in the object under etcd's
+	// 1.5 MiB request limit.
+	bigSecretSize = 1_000_000
 )
 
 // TestMemoryBoundedUnderManifestLimit ensures the controller, run inside a
@@ -64,6 +72,133 @@ func TestMemoryBoundedUnderManifestLimit(t *testing.T) {
 	t.Logf("after the relist: %s", cg.report(c))
 	assert.Zero(t, cg.oomKills(t), "OOM kills at the relist")
 	assertDeletedOnce(t, ns, adminUser, original)
+}
+
+// TestMemoryBoundedWithLargeSecrets ensures the controller, watching Secrets
+// (WATCH_SECRETS=true) inside a memory cgroup set to the manifests' limit, in a
+// namespace holding 1.5 times that limit in Secrets of 1 MB (twice it as the JSON it
+// reads), becomes ready, acts on a data change of the annotated Secret and is never
+// OOM-killed: not at start, and not at a relist of the Secret watch forced by a 410.
+// A Helm release Secret (type helm.sh/release.v1), annotated and changed before the
+// annotated Secret is, is never delivered: the Secret watch counts one MODIFIED event
+// (the annotated Secret's), nothing is recorded for the release and no pod is
+// restarted for it.
+func TestMemoryBoundedWithLargeSecrets(t *testing.T) {
+	requireCluster(t)
+	limit := manifestMemoryLimit(t)
+	ns := newNamespace(t)
+	apply(t, ns, webappManifests("app=webapp"))
+	const secret, release = "webapp-tls", "sh.helm.release.v1.webapp.v1"
+	postSecret(t, ns, secret, "kubernetes.io/tls", "app=webapp", map[string][]byte{
+		"tls.crt": randomBytes(4000), "tls.key": randomBytes(1700),
+	})
+	// What Helm keeps of a release, up to 1 MiB; annotated, so that the controller
+	// would act on it if the server sent it.
+	postSecret(t, ns, release, "helm.sh/release.v1", "app=webapp", map[string][]byte{"release": randomBytes(bigSecretSize)})
+	n := int(limit * 3 / 2 / bigSecretSize)
+	for i := range n {
+		postSecret(t, ns, fmt.Sprintf("big-%03d", i), "Opaque", "", map[string][]byte{"bundle.pem": randomBytes(bigSecretSize)})
+	}
+	t.Logf("%d Secrets of %d bytes (%d MiB of data, decoded) next to the webapp", n, bigSecretSize, n*bigSecretSize>>20)
+	original := waitPods(t, ns, "app=webapp", 2)
+
+	keyFile := filepath.Join(t.TempDir(), "digest-key")
+	require.NoError(t, os.WriteFile(keyFile, randomBytes(32), 0o600))
+	cg := newMemCgroup(t, limit)
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url, wrap: cg.wrap(),
+		extraEnv: []string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + keyFile}})
+	c.WaitReady(t)
+	t.Logf("ready: %s", cg.report(c))
+	assert.Zero(t, cg.oomKills(t), "OOM kills during the initial list")
+
+	// The Secret's state lives in a ConfigMap of the controller's: its record (R).
+	state := func(name string) (string, bool) {
+		out, err := runKubectl("", "get", "configmap", "config-watcher-secret."+name, "-n", ns, "--ignore-not-found",
+			"-o", `jsonpath={.metadata.annotations.config-watcher\.k8spatterns\.io/restarted-for}`)
+		require.NoError(t, err)
+		return out, out != ""
+	}
+	waitState := func(not string) string {
+		var got string
+		eventually(t, waitTimeout, fmt.Sprintf("a record of Secret %s other than %q", secret, not), func() (bool, string) {
+			got, _ = state(secret)
+			return got != "" && got != not, fmt.Sprintf("record %q", got)
+		})
+		return got
+	}
+	adopted := waitState("")
+	modified := c.Metric(t, "config_watcher_secret_events_total", "type", "MODIFIED")
+	patchSecretData(t, ns, release, map[string][]byte{"release": randomBytes(bigSecretSize)})
+	patchSecretData(t, ns, secret, map[string][]byte{"tls.crt": randomBytes(4000), "tls.key": randomBytes(1700)})
+	waitDeleted(t, ns, adminUser, original)
+	// One watch delivers the namespace's Secrets in order, one worker acts on them:
+	// whatever the release's change made the controller do is done by now.
+	waitState(adopted)
+	assert.Equal(t, modified+1, c.Metric(t, "config_watcher_secret_events_total", "type", "MODIFIED"),
+		"MODIFIED Secret events: the annotated Secret's only, not the Helm release's")
+	got, recorded := state(release)
+	assert.False(t, recorded, "a record for the Helm release Secret: %q", got)
+	for line := range strings.SplitSeq(c.Log(t), "\n") {
+		assert.NotContains(t, line, release, "the Helm release Secret in the log")
+	}
+
+	// A forced relist: the next Secret watch is answered 410 Gone.
+	relists := c.Metric(t, "config_watcher_secret_relists_total")
+	fp.SetRules(t, `[{"name":"gone","watch":"true","path":"/secrets","status":410,"times":1}]`)
+	fp.Drop(t)
+	c.WaitMetric(t, relists+1, "config_watcher_secret_relists_total")
+	c.WaitReady(t)
+	c.Settle(t, ns)
+	assert.Equal(t, 1, fp.Fired(t)["gone"])
+	t.Logf("after the relist: %s", cg.report(c))
+	assert.Zero(t, cg.oomKills(t), "OOM kills at the relist")
+	assertDeletedOnce(t, ns, adminUser, original)
+}
+
+// postSecret creates a Secret of type typ in ns, annotated with selector unless
+// it is empty, through the shared proxy: one request, with no last-applied copy of
+// its data, and quicker than kubectl for a megabyte of it.
+func postSecret(t *testing.T, ns, name, typ, selector string, data map[string][]byte) {
+	t.Helper()
+	meta := map[string]any{"name": name}
+	if selector != "" {
+		meta["annotations"] = map[string]string{selectorAnnotation: selector}
+	}
+	proxyJSON(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/secrets", "application/json",
+		map[string]any{"apiVersion": "v1", "kind": "Secret", "type": typ, "metadata": meta, "data": data}, http.StatusCreated)
+}
+
+// patchSecretData sets the given keys of the data of Secret name in ns (a merge patch).
+func patchSecretData(t *testing.T, ns, name string, data map[string][]byte) {
+	t.Helper()
+	proxyJSON(t, http.MethodPatch, "/api/v1/namespaces/"+ns+"/secrets/"+name, "application/merge-patch+json",
+		map[string]any{"data": data}, http.StatusOK)
+}
+
+// proxyJSON sends body as JSON through the shared proxy and requires status want.
+func proxyJSON(t *testing.T, method, path, contentType string, body any, want int) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest(method, env.proxyURL+path, bytes.NewReader(b))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err, "%s %s", method, path)
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, msg)
+	}
+}
+
+// randomBytes returns n bytes that no two calls share: Secret data as a key or a
+// certificate would be.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return b
 }
 
 // manifestMemoryLimit reads the config-watcher container's memory limit from

@@ -3,6 +3,8 @@
 // A shared informer caches the ConfigMaps of one namespace; UpdateFunc compares
 // data and binaryData and, when they changed and the ConfigMap carries the selector
 // annotation, lists the matching pods through the clientset and deletes each one.
+// With INFORMER_SECRETS=true a second informer does the same for the namespace's
+// Secrets (data), as a client-go controller that watches both kinds would.
 //
 // It is deliberately plain (no workqueue, no exactly-once record, no UID
 // precondition): what a competent first version looks like. It talks to the API
@@ -12,7 +14,11 @@
 // SELECTOR_ANNOTATION (k8spatterns.io/podDeleteSelector), HTTP_ADDR (:8080; serves
 // /readyz: 200 once the informer has synced, so start time is measured as for
 // config-watcher), INFORMER_JSON (true: read JSON instead of client-go's default
-// protobuf, to tell the wire format's share of the start).
+// protobuf, to tell the wire format's share of the start), INFORMER_SECRETS (false:
+// true caches and acts on Secrets too; /readyz then waits for both informers).
+//
+// The Secret informer lists every Secret, Helm's release Secrets included: no field
+// selector, as the obvious controller has none.
 package main
 
 import (
@@ -65,31 +71,26 @@ func main() {
 		log.Fatalf("clientset: %v", err)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().ConfigMaps().Informer()
-	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, newObj any) {
-			oldCM, ok1 := oldObj.(*corev1.ConfigMap)
-			newCM, ok2 := newObj.(*corev1.ConfigMap)
-			if !ok1 || !ok2 {
-				return
+	synced := []cache.InformerSynced{watchKind(ctx, cs, factory.Core().V1().ConfigMaps().Informer(), "configmap", annotation,
+		func(oldObj, newObj *corev1.ConfigMap) bool {
+			return reflect.DeepEqual(oldObj.Data, newObj.Data) && reflect.DeepEqual(oldObj.BinaryData, newObj.BinaryData)
+		})}
+	if os.Getenv("INFORMER_SECRETS") == "true" {
+		synced = append(synced, watchKind(ctx, cs, factory.Core().V1().Secrets().Informer(), "secret", annotation,
+			func(oldObj, newObj *corev1.Secret) bool { return reflect.DeepEqual(oldObj.Data, newObj.Data) }))
+	}
+	hasSynced := func() bool {
+		for _, s := range synced {
+			if !s() {
+				return false
 			}
-			sel, ok := newCM.Annotations[annotation]
-			if !ok || sel == "" {
-				return
-			}
-			if reflect.DeepEqual(oldCM.Data, newCM.Data) && reflect.DeepEqual(oldCM.BinaryData, newCM.BinaryData) {
-				return
-			}
-			restart(ctx, cs, newCM.Namespace, newCM.Name, sel)
-		},
-	})
-	if err != nil {
-		log.Fatalf("add handler: %v", err)
+		}
+		return true
 	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !inf.HasSynced() {
+		if !hasSynced() {
 			http.Error(w, "not synced", http.StatusServiceUnavailable)
 			return
 		}
@@ -102,9 +103,9 @@ func main() {
 		}
 	}()
 
-	log.Printf("starting: namespace %s, api %s", ns, apiURL)
+	log.Printf("starting: namespace %s, api %s, secrets %t", ns, apiURL, len(synced) > 1)
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	log.Printf("synced")
@@ -115,19 +116,46 @@ func main() {
 	factory.Shutdown()
 }
 
+// watchKind restarts the selected pods when an annotated object of one kind (a
+// ConfigMap, a Secret) changes, as sameData tells, and returns the informer's
+// HasSynced.
+func watchKind[T interface {
+	*corev1.ConfigMap | *corev1.Secret
+	metav1.Object
+}](ctx context.Context, cs kubernetes.Interface, inf cache.SharedIndexInformer, kind, annotation string, sameData func(oldObj, newObj T) bool) cache.InformerSynced {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(T)
+			n, ok2 := newObj.(T)
+			if !ok1 || !ok2 {
+				return
+			}
+			sel, ok := n.GetAnnotations()[annotation]
+			if !ok || sel == "" || sameData(o, n) {
+				return
+			}
+			restart(ctx, cs, n.GetNamespace(), kind+" "+n.GetName(), sel)
+		},
+	})
+	if err != nil {
+		log.Fatalf("add %s handler: %v", kind, err)
+	}
+	return inf.HasSynced
+}
+
 // restart deletes the pods selector matches. Called from the informer's handler
 // goroutine, so events are handled one at a time, in order.
-func restart(ctx context.Context, cs kubernetes.Interface, ns, cm, selector string) {
+func restart(ctx context.Context, cs kubernetes.Interface, ns, obj, selector string) {
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		log.Printf("configmap %s: list pods %q: %v", cm, selector, err)
+		log.Printf("%s: list pods %q: %v", obj, selector, err)
 		return
 	}
 	for _, p := range pods.Items {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
-			log.Printf("configmap %s: delete pod %s: %v", cm, p.Name, err)
+			log.Printf("%s: delete pod %s: %v", obj, p.Name, err)
 			continue
 		}
-		log.Printf("configmap %s: deleted pod %s", cm, p.Name)
+		log.Printf("%s: deleted pod %s", obj, p.Name)
 	}
 }

@@ -108,6 +108,19 @@ func parallel(n, workers int, fn func(i int) error) error {
 	return first
 }
 
+// progress returns a function to call once per item done: it prints a line at every
+// tenth of n, with the rate so far.
+func progress(what string, n int) func() {
+	var done atomic.Int64
+	start := time.Now()
+	step := int64(max(n/10, 1))
+	return func() {
+		if d := done.Add(1); d%step == 0 && d < int64(n) {
+			fmt.Printf("  %d of %d %s (%.0f/s)\n", d, n, what, float64(d)/time.Since(start).Seconds())
+		}
+	}
+}
+
 func configMap(name string, annotations map[string]string, data map[string]string) map[string]any {
 	return map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
@@ -145,20 +158,23 @@ func cmdNamespace(args []string) error {
 	return fmt.Errorf("no default ServiceAccount in %s after 60s", *ns)
 }
 
+// bulkFlags defines the flags of the commands that create objects in bulk.
+func bulkFlags(fs *flag.FlagSet) (base, ns, annotation *string, n, from, workers *int) {
+	return fs.String("api", "", "API URL (kubectl proxy)"), fs.String("ns", "", "namespace"),
+		fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation"),
+		fs.Int("n", 1000, "how many"), fs.Int("from", 0, "first index"), fs.Int("workers", 8, "concurrent requests")
+}
+
 // cmdCreate creates ConfigMaps cm-FROM … cm-(FROM+N-1) with one key of -size
 // bytes; every second one is annotated with a selector that matches no pod.
 func cmdCreate(args []string) error {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
-	base := fs.String("api", "", "API URL (kubectl proxy)")
-	ns := fs.String("ns", "", "namespace")
-	n := fs.Int("n", 1000, "how many")
-	from := fs.Int("from", 0, "first index")
+	base, ns, annotation, n, from, workers := bulkFlags(fs)
 	size := fs.Int("size", 1024, "bytes of data per ConfigMap")
-	workers := fs.Int("workers", 8, "concurrent requests")
-	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
 	_ = fs.Parse(args)
 	a := api{*base}
 	value := strings.Repeat("key = some configuration value\n", *size/31+1)[:*size]
+	done := progress("ConfigMaps", *n)
 	start := time.Now()
 	err := parallel(*n, *workers, func(i int) error {
 		idx := *from + i
@@ -168,6 +184,9 @@ func cmdCreate(args []string) error {
 			ann = map[string]string{*annotation: "bench-mem=" + name}
 		}
 		_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(name, ann, map[string]string{"config": value}), "application/json", 201, 409)
+		if err == nil {
+			done()
+		}
 		return err
 	})
 	el := time.Since(start)

@@ -6,6 +6,7 @@
 //
 //	benchtool ns        -api URL -ns NS                      create a namespace, wait for its ServiceAccount
 //	benchtool create    -api URL -ns NS -n N [-from I] ...   create N ConfigMaps of -size bytes, every 2nd annotated
+//	benchtool secrets   -api URL -ns NS -n N [-from I] ...   create N Secrets of a realistic mix (20 % TLS), every 500th annotated
 //	benchtool pods      -api URL -ns NS -n N -prefix P        create N bare pods P-FROM… labelled bench-pod=P-i (and -labels k=v,…)
 //	benchtool latency   -api URL -ns NS -audit F -n N ...     N sequential data changes, latency from the audit log
 //	benchtool burst     -api URL -ns NS -audit F -n N ...     N ConfigMaps changed at once
@@ -30,11 +31,11 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|secrets|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
-		"ns": cmdNamespace, "create": cmdCreate, "pods": cmdPods, "latency": cmdLatency,
+		"ns": cmdNamespace, "create": cmdCreate, "secrets": cmdSecrets, "pods": cmdPods, "latency": cmdLatency,
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
 		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor, "meter": cmdMeter,
 		"standin": cmdStandin, "rollout": cmdRollout, "waves-summary": cmdWavesSummary,

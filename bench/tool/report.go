@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"errors"
 	"flag"
 	"fmt"
 	"image"
@@ -186,6 +187,45 @@ func text(img *image.RGBA, x, y int, s string, c color.Color) {
 	d.DrawString(s)
 }
 
+// secretsMemory adds bench/memory.sh's Secrets rows (memory-secrets.csv: both kinds
+// watched together) to m as secrets_rss and secrets_hwm, and returns what was watched,
+// for the rows' names. No file: nothing added.
+func secretsMemory(path string, m map[string]map[string]float64) (string, error) {
+	rows, err := readCSV(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "Secrets + CMs", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	what := "Secrets + CMs"
+	for _, r := range rows {
+		// controller,kinds,secrets,configmaps,start_hwm_mib,steady_rss_mib,relist_hwm_mib
+		if len(r) < 6 || r[1] != "configmaps+secrets" {
+			continue
+		}
+		hwm, err1 := strconv.ParseFloat(r[4], 64)
+		rss, err2 := strconv.ParseFloat(r[5], 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if m[r[0]] == nil {
+			m[r[0]] = map[string]float64{}
+		}
+		m[r[0]]["secrets_hwm"], m[r[0]]["secrets_rss"] = hwm, rss
+		what = fmt.Sprintf("%s Secrets + %s CMs", thousands(r[2]), thousands(r[3]))
+	}
+	return what, nil
+}
+
+// thousands writes a decimal count with commas, as the table's other rows do.
+func thousands(n string) string {
+	for i := len(n) - 3; i > 0; i -= 3 {
+		n = n[:i] + "," + n[i:]
+	}
+	return n
+}
+
 // cmdSummary prints the results as a Markdown table.
 func cmdSummary(args []string) error {
 	fs := flag.NewFlagSet("summary", flag.ExitOnError)
@@ -206,6 +246,10 @@ func cmdSummary(args []string) error {
 			m[r[0]] = map[string]float64{}
 		}
 		m[r[0]][r[1]] = v
+	}
+	secretsRow, err := secretsMemory(filepath.Join(*dir, "memory-secrets.csv"), m)
+	if err != nil {
+		return err
 	}
 	get := func(c, k string) (float64, bool) { v, ok := m[c][k]; return v, ok }
 	cell := func(v float64, ok bool, format string) string {
@@ -261,6 +305,8 @@ func cmdSummary(args []string) error {
 		{"rss20k_rss", "RSS after sync, 20,000 CMs (MiB)", "%.1f", ""},
 		{"rss20k_hwm", "peak RSS (VmHWM), 20,000 CMs (MiB)", "%.1f", ""},
 		{"growth", "RSS growth per 1,000 more CMs (MiB)", "%.2f", "≤ 0.5 MiB"},
+		{"secrets_rss", "RSS after sync, " + secretsRow + " (MiB)", "%.1f", ""},
+		{"secrets_hwm", "peak RSS (VmHWM), " + secretsRow + " (MiB)", "%.1f", ""},
 		{"start5k", "start: exec → /readyz 200, 5,000 CMs (ms)", "%.0f", "≤ 1 s"},
 		{"start20k", "start: exec → /readyz 200, 20,000 CMs (ms)", "%.0f", ""},
 		{"idle_cpu", "idle CPU over 60 s (CPU s)", "%.3f", "≈ 0"},
