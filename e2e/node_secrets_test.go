@@ -22,9 +22,8 @@ import (
 // with Secrets on.
 
 const (
-	nodeSecret      = "webapp-credentials"
-	nodeSecretKey   = "token"
-	nodeSecretState = "config-watcher-secret." + nodeSecret // where the controller keeps its state
+	nodeSecret    = "webapp-credentials"
+	nodeSecretKey = "token"
 )
 
 // demoServingTheSecret returns manifests/demo/webapp.yaml with the web server answering
@@ -50,28 +49,6 @@ func secretValue(t *testing.T, ns string) string {
 	}
 	getJSON(t, ns, &s, "secret", nodeSecret)
 	return string(s.Data[nodeSecretKey])
-}
-
-// secretRestartedFor returns the restarted-for annotation of the state ConfigMap the
-// controller keeps for a Secret in ns, "" while there is none.
-func secretRestartedFor(t *testing.T, ns string) string {
-	t.Helper()
-	out, err := runKubectl("", "get", "configmap", nodeSecretState, "-n", ns, "--ignore-not-found",
-		"-o", "jsonpath={.metadata.annotations."+strings.ReplaceAll(restartedAnnotation, ".", `\.`)+"}")
-	require.NoError(t, err)
-	return strings.TrimSpace(out)
-}
-
-// waitSecretRestartedFor waits until the Secret's recorded state is set and differs from
-// not, and returns it: the controller has finished acting on the Secret's data.
-func waitSecretRestartedFor(t *testing.T, ns, not string) string {
-	t.Helper()
-	var got string
-	eventually(t, nodeTimeout, fmt.Sprintf("configmap %s/%s annotated %s (other than %q)", ns, nodeSecretState, restartedAnnotation, not), func() (bool, string) {
-		got = secretRestartedFor(t, ns)
-		return got != "" && got != not, fmt.Sprintf("annotation %q", got)
-	})
-	return got
 }
 
 // TestNodeSecretEnvServesTheNewValue ensures that pods reading a Secret's value as an
@@ -101,7 +78,7 @@ func TestNodeSecretEnvServesTheNewValue(t *testing.T) {
 	}
 	// A change made before the controller adopted the Secret would be its first sight,
 	// adopted as it is: wait for the adoption.
-	adopted := waitSecretRestartedFor(t, ns, "")
+	adopted := waitSecretRecordWithin(t, nodeTimeout, ns, nodeSecret, "")
 
 	value = "rotated " + randomSuffix()
 	kubectl(t, "patch", "secret", nodeSecret, "-n", ns, "--type=merge", "-p", fmt.Sprintf(`{"stringData":{%q:%q}}`, nodeSecretKey, value))
@@ -112,7 +89,7 @@ func TestNodeSecretEnvServesTheNewValue(t *testing.T) {
 		assert.Equal(t, value, body, "pod %s after the change", name)
 	}
 	// The record moves on once the round is over: no deletion of it is still to come.
-	waitSecretRestartedFor(t, ns, adopted)
+	waitSecretRecordWithin(t, nodeTimeout, ns, nodeSecret, adopted)
 	n := deletesByPod(podDeletes(t, ns, adminUser))
 	for _, o := range old {
 		assert.Equal(t, 1, n[o.Metadata.Name], "deletions of %s by %s", o.Metadata.Name, adminUser)

@@ -280,7 +280,7 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 
 	var restartedEvent coreEvent
 	eventually(t, waitTimeout, "a PodsRestarted Event on the Secret", func() (bool, string) {
-		events := secretEvents(t, s.ns, "webapp-secret")
+		events := objectEvents(t, "Secret", s.ns, "webapp-secret")
 		for _, e := range events {
 			if e.Reason == "PodsRestarted" {
 				restartedEvent = e
@@ -541,8 +541,15 @@ func secretRecordOf(t *testing.T, ns, secret string) string {
 // that Secret.
 func waitSecretRecord(t *testing.T, ns, secret, not string) string {
 	t.Helper()
+	return waitSecretRecordWithin(t, waitTimeout, ns, secret, not)
+}
+
+// waitSecretRecordWithin is waitSecretRecord with a timeout of its own (a
+// round on a real node waits for pods to start).
+func waitSecretRecordWithin(t *testing.T, timeout time.Duration, ns, secret, not string) string {
+	t.Helper()
 	var got string
-	eventually(t, waitTimeout, fmt.Sprintf("configmap %s/%s with %s other than %q", ns, stateNameOf(secret), restartedAnnotation, not), func() (bool, string) {
+	eventually(t, timeout, fmt.Sprintf("configmap %s/%s with %s other than %q", ns, stateNameOf(secret), restartedAnnotation, not), func() (bool, string) {
 		got = secretRecordOf(t, ns, secret)
 		return got != "" && got != not, fmt.Sprintf("annotation %q", got)
 	})
@@ -588,16 +595,6 @@ func stateWrites(t *testing.T, ns, user string) []auditEvent {
 			(e.Verb == "create" || e.Verb == "patch" || e.Verb == "update") &&
 			!strings.HasPrefix(e.ObjectRef.Name, secretStatePrefix+"e2e-settle-")
 	})
-}
-
-// secretEvents returns the Events recorded on Secret name in ns.
-func secretEvents(t *testing.T, ns, name string) []coreEvent {
-	t.Helper()
-	var l struct {
-		Items []coreEvent `json:"items"`
-	}
-	getJSON(t, ns, &l, "events", "--field-selector", "involvedObject.kind=Secret,involvedObject.name="+name)
-	return l.Items
 }
 
 var logAttrValue = regexp.MustCompile(`^("(?:[^"\\]|\\.)*"|\S*)`)

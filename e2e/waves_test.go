@@ -614,13 +614,13 @@ type coreEvent struct {
 	Count   int    `json:"count"`
 }
 
-// configMapEvents returns the Events recorded on ConfigMap name in ns.
-func configMapEvents(t *testing.T, ns, name string) []coreEvent {
+// objectEvents returns the Events recorded on the object of kind and name in ns.
+func objectEvents(t *testing.T, kind, ns, name string) []coreEvent {
 	t.Helper()
 	var l struct {
 		Items []coreEvent `json:"items"`
 	}
-	getJSON(t, ns, &l, "events", "--field-selector", "involvedObject.kind=ConfigMap,involvedObject.name="+name)
+	getJSON(t, ns, &l, "events", "--field-selector", "involvedObject.kind="+kind+",involvedObject.name="+name)
 	return l.Items
 }
 
@@ -630,7 +630,7 @@ func waitConfigMapEvent(t *testing.T, ns, name, typ, reason string) coreEvent {
 	t.Helper()
 	var found coreEvent
 	eventually(t, waitTimeout, fmt.Sprintf("a %s Event %s on %s", typ, reason, name), func() (bool, string) {
-		events := configMapEvents(t, ns, name)
+		events := objectEvents(t, "ConfigMap", ns, name)
 		for _, e := range events {
 			if e.Type == typ && e.Reason == reason {
 				found = e

@@ -100,17 +100,12 @@ func secretController(t *testing.T, api *fakeAPI, cfg Config, configMaps []cmSpe
 	return c
 }
 
-func listConfigMaps(t *testing.T, c *Controller, specs ...cmSpec) {
-	h := c.ForNamespace("")
-	h.BeginList()
-	for _, s := range specs {
-		h.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})
-	}
-	h.EndList()
-}
+func listConfigMaps(t *testing.T, c *Controller, specs ...cmSpec) { list(t, c.ForNamespace(""), specs) }
 
-func listSecrets(t *testing.T, c *Controller, specs ...secretSpec) {
-	h := c.ForSecrets("")
+func listSecrets(t *testing.T, c *Controller, specs ...secretSpec) { list(t, c.ForSecrets(""), specs) }
+
+// list gives h a complete list of the objects specs describe.
+func list[S interface{ json(*testing.T) []byte }](t *testing.T, h watch.Handler, specs []S) {
 	h.BeginList()
 	for _, s := range specs {
 		h.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})

@@ -424,19 +424,10 @@ func TestLooksDueLaterAreNotQueueDepth(t *testing.T) {
 func TestWholePodsFromARecordedList(t *testing.T) {
 	list, err := os.ReadFile("../testdata/recorded/pods-list.json")
 	require.NoError(t, err)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	pods, err := listAnswered(t, list, func(r *http.Request) {
 		assert.Equal(t, "app=webapp", r.URL.Query().Get("labelSelector"))
 		assert.Equal(t, "application/json", r.Header.Get("Accept"), "whole pods: readiness is in their status")
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(list)
-	}))
-	t.Cleanup(srv.Close)
-	client, err := apiclient.New(srv.URL, "test")
-	require.NoError(t, err)
-	c, _ := newTestController(t, client, Config{})
-	sel, err := selector.Parse("app=webapp")
-	require.NoError(t, err)
-	pods, err := c.listWhole(t.Context(), "default", sel)
+	})
 	require.NoError(t, err)
 	require.Len(t, pods, 2)
 	for _, p := range pods {
@@ -465,18 +456,27 @@ func TestPodListCutShortListsAgain(t *testing.T) {
 		"TrailingX": append(append([]byte{}, list...), 'x'),
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.Write(body)
-			}))
-			t.Cleanup(srv.Close)
-			client, err := apiclient.New(srv.URL, "test")
-			require.NoError(t, err)
-			c, _ := newTestController(t, client, Config{})
-			sel, err := selector.Parse("app=webapp")
-			require.NoError(t, err)
-			_, err = c.listWhole(t.Context(), "default", sel)
+			_, err := listAnswered(t, body, nil)
 			assert.Error(t, err)
 		})
 	}
+}
+
+// listAnswered lists the pods app=webapp selects from a server that answers
+// body; check, if set, sees the request.
+func listAnswered(t *testing.T, body []byte, check func(r *http.Request)) ([]listedPod, error) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if check != nil {
+			check(r)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := apiclient.New(srv.URL, "test")
+	require.NoError(t, err)
+	c, _ := newTestController(t, client, Config{})
+	sel, err := selector.Parse("app=webapp")
+	require.NoError(t, err)
+	return c.listWhole(t.Context(), "default", sel)
 }
