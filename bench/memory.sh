@@ -11,7 +11,9 @@
 #             fault proxy (hack/faultproxy, no fault but the forced relist: the next
 #             ConfigMap watch answered 410) in front of the same kubectl proxy.
 #   podindex  steady RSS of config-watcher watching every namespace with BENCH_PODS bare
-#             pods (5000; Pending, no scheduler), POD_INDEX=true against false, per pod.
+#             pods (5000; Pending, no scheduler) in a namespace that also holds one
+#             annotated ConfigMap (so the index covers it), POD_INDEX=true against
+#             false, per pod.
 #   secrets   BENCH_SECRETS Secrets (5000; 60 % passwords, 15 % tokens of 800 B, 5 %
 #             registry logins, 20 % TLS of 4.1 KB; every 500th annotated) and
 #             BENCH_SECRET_CMS ConfigMaps of 1 KiB (5000, half annotated) in one
@@ -190,7 +192,12 @@ if part podindex; then
 	step "pod index: $PODS bare pods, WATCH_NAMESPACE=*, POD_INDEX=true against false"
 	bt ns -api "$CW_PROXY_URL" -ns bench-pods
 	bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4
+	# The index covers only namespaces holding an annotated ConfigMap: cm-00000 is one
+	# (its selector matches none of the pods, so nothing is restarted).
+	bt create -api "$CW_PROXY_URL" -ns bench-pods -n 1 -size 64 >/dev/null
 	# index_rss POD_INDEX: steady RSS (KiB) of config-watcher watching every namespace.
+	# The index decides what it covers during the initial ConfigMap list, before /readyz;
+	# launch waits for that and for the index's pod lists (quiet).
 	index_rss() {
 		launch config-watcher '*' "podindex-$1" POD_INDEX="$1" >/dev/null
 		status "$pid" VmRSS
