@@ -22,6 +22,7 @@
 //	benchtool standin   -api URL -ns NS -delay D              the kubelet's readiness: selected pods Ready D after they appear
 //	benchtool rollout   -api URL -ns NS -audit F -setting S   one data change: time until every selected pod is new and Ready
 //	benchtool waves-summary -dir D                           the waves table (rollout.csv, latency.csv)
+//	benchtool spread    -dirs D1,D2,D3                       each headline ratio per run, and its spread
 package main
 
 import (
@@ -31,14 +32,14 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|secrets|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|secrets|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary|spread [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
 		"ns": cmdNamespace, "create": cmdCreate, "secrets": cmdSecrets, "pods": cmdPods, "latency": cmdLatency,
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
 		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor, "meter": cmdMeter,
-		"standin": cmdStandin, "rollout": cmdRollout, "waves-summary": cmdWavesSummary,
+		"standin": cmdStandin, "rollout": cmdRollout, "waves-summary": cmdWavesSummary, "spread": cmdSpread,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {

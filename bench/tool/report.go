@@ -227,19 +227,18 @@ func thousands(n string) string {
 }
 
 // cmdSummary prints the results as a Markdown table.
-func cmdSummary(args []string) error {
-	fs := flag.NewFlagSet("summary", flag.ExitOnError)
-	dir := fs.String("dir", "", "results dir")
-	_ = fs.Parse(args)
-	lat, err := latencies(filepath.Join(*dir, "latency.csv"))
-	if err != nil {
-		return err
+// loadRun reads a run's results dir: the latencies per controller, the
+// metrics per controller and key (memory-secrets.csv's rows among them), and
+// the name of the Secrets row.
+func loadRun(dir string) (lat map[string][]float64, m map[string]map[string]float64, secretsRow string, err error) {
+	if lat, err = latencies(filepath.Join(dir, "latency.csv")); err != nil {
+		return nil, nil, "", err
 	}
-	rows, err := readCSV(filepath.Join(*dir, "metrics.csv"))
+	rows, err := readCSV(filepath.Join(dir, "metrics.csv"))
 	if err != nil {
-		return err
+		return nil, nil, "", err
 	}
-	m := map[string]map[string]float64{}
+	m = map[string]map[string]float64{}
 	for _, r := range rows {
 		v, _ := strconv.ParseFloat(r[2], 64)
 		if m[r[0]] == nil {
@@ -247,7 +246,15 @@ func cmdSummary(args []string) error {
 		}
 		m[r[0]][r[1]] = v
 	}
-	secretsRow, err := secretsMemory(filepath.Join(*dir, "memory-secrets.csv"), m)
+	secretsRow, err = secretsMemory(filepath.Join(dir, "memory-secrets.csv"), m)
+	return lat, m, secretsRow, err
+}
+
+func cmdSummary(args []string) error {
+	fs := flag.NewFlagSet("summary", flag.ExitOnError)
+	dir := fs.String("dir", "", "results dir")
+	_ = fs.Parse(args)
+	lat, m, secretsRow, err := loadRun(*dir)
 	if err != nil {
 		return err
 	}
