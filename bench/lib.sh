@@ -22,6 +22,17 @@ done
 # step WHAT prints a progress line with the time of day (and BENCH_STEP_PREFIX, if set).
 step() { printf '\n==> [%s] %s%s\n' "$(date -u +%H:%M:%S)" "${BENCH_STEP_PREFIX:-}" "$*"; }
 
+# build_at REV OUT builds config-watcher as it was at git revision REV into OUT, as the
+# bench builds this tree. From the object database (git archive): no checkout, no other
+# worktree touched.
+build_at() {
+	local src
+	src=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-src.XXXXXX")
+	git -C "$repo" archive "$1" | tar -x -C "$src"
+	(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$2" .)
+	rm -rf "$src"
+}
+
 # The scripts run.sh also calls (memory.sh, waves.sh) run on run.sh's control plane with its
 # binaries (BENCH_WORK), or alone on their own. For the latter:
 #

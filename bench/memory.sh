@@ -74,10 +74,7 @@ step "building config-watcher, ${BEFORE:+config-watcher@$BEFORE, }the informer, 
 (cd "$repo" && go build -o "$work/faultproxy" ./hack/faultproxy)
 CONTROLLERS=(config-watcher)
 if [[ -n $BEFORE ]]; then
-	# The same build from the object database: no checkout, no other worktree touched.
-	rm -rf "$work/before-src" && mkdir -p "$work/before-src"
-	git -C "$repo" archive "$BEFORE" | tar -x -C "$work/before-src"
-	(cd "$work/before-src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher-before" .)
+	build_at "$BEFORE" "$work/config-watcher-before"
 	CONTROLLERS+=(config-watcher-before)
 fi
 CONTROLLERS+=(informer)

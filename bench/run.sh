@@ -19,6 +19,10 @@
 #            Not for the script: it has no readiness, and replaying 20,000 ADDED events
 #            through jq takes minutes of CPU (it keeps nothing, so its RSS is the idle one)
 #   size     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w"
+#   base     with BENCH_BASE=<git rev>: config-watcher built from that revision, measured
+#            in the latency step next to this tree's (and the default of memory.sh's
+#            BENCH_MEM_BEFORE and scale.sh's BENCH_SCALE_BASE), so that a change is
+#            measured against what it replaces in the same run
 #   volume   bench/memory.sh: peak and steady RSS against 0 to 180 MB of ConfigMaps
 #            (900 KB each), config-watcher (and built from main) against the informer;
 #            then 5,000 Secrets and 5,000 ConfigMaps watched together (WATCH_SECRETS=true),
@@ -43,6 +47,7 @@ IDLE_SECONDS="${BENCH_IDLE_SECONDS:-60}"
 MEM_SMALL="${BENCH_MEM_SMALL:-5000}"
 MEM_LARGE="${BENCH_MEM_LARGE:-20000}"
 CONTROLLERS=(config-watcher informer shell)
+BASE="${BENCH_BASE:-}"
 
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench.XXXXXX")
@@ -85,6 +90,7 @@ start() {
 	port=$(cw_free_port)
 	case $name in
 	config-watcher) cmd=("$work/config-watcher") ;;
+	config-watcher-base) cmd=("$work/config-watcher-base") ;;
 	informer) cmd=("$work/informer") ;;
 	informer-json) cmd=(env INFORMER_JSON=true "$work/informer") ;;
 	shell) cmd=(bash "$bench_dir/shell/config-watcher-controller.sh") ;;
@@ -121,6 +127,10 @@ step "building the three controllers (stripped static binaries) and bench/tool"
 (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher" .)
 (cd "$bench_dir/informer" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/informer" .)
 (cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
+if [[ -n $BASE ]]; then
+	build_at "$BASE" "$work/config-watcher-base"
+	echo "base: config-watcher at $BASE ($(git -C "$repo" rev-parse --short "$BASE"))" | tee -a "$RESULTS/machine.txt"
+fi
 for c in config-watcher informer; do
 	size=$(stat -c %s "$work/$c")
 	printf '  %s: %d bytes\n' "$c" "$size"
@@ -136,7 +146,8 @@ echo "apiserver: $(curl -fsS "$CW_PROXY_URL/version" | jq -r .gitVersion), kubec
 step "reaction latency: $CHANGES data changes per controller, one controller at a time, then the floor"
 # The floor (benchtool floor) only DELETEs on each event: what the server, the proxy and
 # the machine cost by themselves, measured the same way.
-for c in "${CONTROLLERS[@]}" floor; do
+# The base, if any, right after this tree's build: the machine's load drifts over the step.
+for c in config-watcher ${BASE:+config-watcher-base} informer shell floor; do
 	ns="bench-lat-$c"
 	bt ns -api "$CW_PROXY_URL" -ns "$ns"
 	bt latency -setup -api "$CW_PROXY_URL" -ns "$ns"
@@ -144,6 +155,7 @@ for c in "${CONTROLLERS[@]}" floor; do
 	sleep 2 # config-watcher adopts the ConfigMap (records its digest) first
 	echo "  $c: measuring in namespace $ns"
 	bt latency -api "$CW_PROXY_URL" -ns "$ns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$c" -results "$RESULTS"
+	[[ $c != config-watcher-base ]] || stop "$c" # the idle step measures the three
 done
 
 stop floor
@@ -198,7 +210,7 @@ for ((i = 0; ; i++)); do
 done
 
 step "memory against volume: 0 to 180 MB of ConfigMaps; Secrets and ConfigMaps together (bench/memory.sh)"
-BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/memory.sh"
+BENCH_MEM_BEFORE="${BENCH_MEM_BEFORE-${BASE:-main}}" BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/memory.sh"
 
 step "restarts in waves: MAX_UNAVAILABLE=25% against 100% (bench/waves.sh)"
 BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/waves.sh"
@@ -215,6 +227,6 @@ bt summary -dir "$RESULTS" | tee "$RESULTS/summary.md"
 if [[ ${BENCH_SCALE:-1} != 0 ]]; then
 	step "cluster scale (bench/scale.sh), on a control plane of its own"
 	"$repo/hack/cluster.sh" down
-	BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
+	BENCH_SCALE_BASE="${BENCH_SCALE_BASE:-$BASE}" BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
 fi
 cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png"

@@ -87,9 +87,7 @@ step "building config-watcher, the informer and bench/tool"
 (cd "$bench_dir/tool" && go build -o "$work/benchtool" .)
 CONTROLLERS=(index noindex informer)
 if [[ -n $BASE ]]; then
-	mkdir "$work/base"
-	git -C "$repo" archive "$BASE" | tar -x -C "$work/base"
-	(cd "$work/base" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/config-watcher-base" .)
+	build_at "$BASE" "$work/config-watcher-base"
 	CONTROLLERS=(base "${CONTROLLERS[@]}")
 	echo "  base: config-watcher at $BASE ($(git -C "$repo" rev-parse --short "$BASE"))"
 fi

@@ -58,11 +58,8 @@ BASE="${BENCH_WAVES_BASE:-}"
 cw="$work/config-watcher"
 step "building config-watcher${BASE:+ at $BASE} and bench/tool"
 if [[ -n $BASE ]]; then
-	# The same build from the object database: no checkout, no other worktree touched.
 	cw="$work/config-watcher-waves-base"
-	rm -rf "$work/waves-base-src" && mkdir -p "$work/waves-base-src"
-	git -C "$repo" archive "$BASE" | tar -x -C "$work/waves-base-src"
-	(cd "$work/waves-base-src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cw" .)
+	build_at "$BASE" "$cw"
 else
 	[[ -x $cw ]] || (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cw" .)
 fi

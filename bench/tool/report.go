@@ -369,5 +369,18 @@ func cmdSummary(args []string) error {
 				ratio(q.f(cw), q.f(floor), cw.n > 0, true), ratio(q.f(inf), q.f(floor), inf.n > 0, true))
 		}
 	}
+	// BENCH_BASE: this tree against the revision it changes, in the same run.
+	if base := stats(lat["config-watcher-base"]); base.n > 0 {
+		cw := stats(lat["config-watcher"])
+		fmt.Println()
+		fmt.Println("| reaction latency, same run | config-watcher | config-watcher at BENCH_BASE | cw / base |")
+		fmt.Println("|---|---|---|---|")
+		for _, q := range []struct {
+			name string
+			f    func(summary) float64
+		}{{"p50 (ms)", func(s summary) float64 { return s.p50 }}, {"p90 (ms)", func(s summary) float64 { return s.p90 }}} {
+			fmt.Printf("| %s | %.1f | %.1f | %s |\n", q.name, q.f(cw), q.f(base), ratio(q.f(cw), q.f(base), cw.n > 0, true))
+		}
+	}
 	return nil
 }

@@ -54,6 +54,7 @@ var headlines = []headline{
 	{"reaction latency p50, cw / informer", p50Ratio("config-watcher", "informer")},
 	{"reaction latency p50, cw / shell", p50Ratio("config-watcher", "shell")},
 	{"reaction latency p50, cw / floor", p50Ratio("config-watcher", "floor")},
+	{"reaction latency p50, cw / cw at BENCH_BASE", p50Ratio("config-watcher", "config-watcher-base")},
 	{"RSS after sync, 5,000 ConfigMaps, cw / informer", metricRatio("rss5k_rss", "config-watcher", "informer")},
 	{"RSS after sync, 20,000 ConfigMaps, cw / informer", metricRatio("rss20k_rss", "config-watcher", "informer")},
 	{"RSS growth per 1,000 ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
@@ -75,6 +76,11 @@ var headlines = []headline{
 	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
 		x, okX := r.volume["config-watcher"]
 		y, okY := r.volume["informer"]
+		return over(x, y, okX, okY)
+	}},
+	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / cw at BENCH_MEM_BEFORE", func(r runResults) (float64, bool) {
+		x, okX := r.volume["config-watcher"]
+		y, okY := r.volume["config-watcher-before"]
 		return over(x, y, okX, okY)
 	}},
 	{"RSS after sync, 5,000 Secrets + 5,000 ConfigMaps, cw / informer", metricRatio("secrets_rss", "config-watcher", "informer")},
