@@ -80,7 +80,7 @@ e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and r
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 55 min: 25, then 30 for the cluster-scale rows); see BENCHMARKS.md
+bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 35 min: 18, then 20 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
 bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 5 min

@@ -30,9 +30,9 @@
 #   waves    bench/waves.sh: 100 Deployment pods made Ready 1 s after they appear, rolled
 #            with MAX_UNAVAILABLE=25% and 100%: rollout time, lowest Ready count, first restart
 #
-# About 25 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 18 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
-# Then bench/scale.sh, on a control plane of its own (about 30 minutes more): RSS, start
+# Then bench/scale.sh, on a control plane of its own (about 20 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
 # on and off, and the informer; results in scale.csv and scale-idle.csv. BENCH_SCALE=0
 # skips it.

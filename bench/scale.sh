@@ -27,7 +27,7 @@
 # BENCH_SCALE_BASE=<git rev> (e.g. main), config-watcher as built from that revision, so a
 # change is measured against what it replaces in the same run.
 #
-# About 30 minutes on 2 cores with the defaults. Needs curl, jq, python3.
+# About 20 minutes on 2 cores with the defaults. Needs curl, jq, python3.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh

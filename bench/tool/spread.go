@@ -11,7 +11,9 @@ import (
 )
 
 // headline is one ratio BENCHMARKS.md leads with, computed from a run's
-// results dir; ok is false when the run did not measure it.
+// results dir; ok is false when the run did not measure it. Ratios against
+// BENCH_BASE are not among them: each run may have another base (summary.md
+// shows a run's own).
 type headline struct {
 	name string
 	f    func(r runResults) (float64, bool)
@@ -54,7 +56,6 @@ var headlines = []headline{
 	{"reaction latency p50, cw / informer", p50Ratio("config-watcher", "informer")},
 	{"reaction latency p50, cw / shell", p50Ratio("config-watcher", "shell")},
 	{"reaction latency p50, cw / floor", p50Ratio("config-watcher", "floor")},
-	{"reaction latency p50, cw / cw at BENCH_BASE", p50Ratio("config-watcher", "config-watcher-base")},
 	{"RSS after sync, 5,000 ConfigMaps, cw / informer", metricRatio("rss5k_rss", "config-watcher", "informer")},
 	{"RSS after sync, 20,000 ConfigMaps, cw / informer", metricRatio("rss20k_rss", "config-watcher", "informer")},
 	{"RSS growth per 1,000 ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
@@ -76,11 +77,6 @@ var headlines = []headline{
 	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
 		x, okX := r.volume["config-watcher"]
 		y, okY := r.volume["informer"]
-		return over(x, y, okX, okY)
-	}},
-	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / cw at BENCH_MEM_BEFORE", func(r runResults) (float64, bool) {
-		x, okX := r.volume["config-watcher"]
-		y, okY := r.volume["config-watcher-before"]
 		return over(x, y, okX, okY)
 	}},
 	{"RSS after sync, 5,000 Secrets + 5,000 ConfigMaps, cw / informer", metricRatio("secrets_rss", "config-watcher", "informer")},
