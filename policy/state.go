@@ -13,8 +13,9 @@ type entry struct {
 	i intent
 	// written is our last write of R or I: R and I as they were right
 	// after it, at the revision the server answered (of the object holding
-	// them). Older views show them as they were before it.
-	written stored
+	// them). Older views show them as they were before it. nil once a view
+	// as new as it is applied: most entries never hold one for long.
+	written *stored
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string
@@ -74,10 +75,10 @@ func (e *entry) apply(obj object) {
 		// nothing, but r still tells what the pods run. (A Secret's
 		// state ConfigMap outlives a replaced Secret.)
 		prev = stored{}
-		e.i, e.outdated, e.written = intent{}, "", stored{}
+		e.i, e.outdated, e.written = intent{}, "", nil
 	}
 	now := obj.stored
-	if now.before(e.written) {
+	if e.written != nil && now.before(*e.written) {
 		// On its way before our last write (we may have written twice
 		// before the first write's event came back).
 		now.recorded, now.intent = prev.recorded, prev.intent
@@ -103,13 +104,16 @@ func (e *entry) apply(obj object) {
 	}
 	obj.stored = now
 	e.obj = obj
+	if e.written != nil && now.version >= e.written.version {
+		e.written = nil // shown() is the view from now on
+	}
 }
 
 // shown is R and I as the server has them, as far as the entry knows: the
 // latest view applied, or our last write if it is newer.
 func (e *entry) shown() stored {
-	if e.written.version > e.obj.stored.version {
-		return e.written
+	if e.written != nil && e.written.version > e.obj.stored.version {
+		return *e.written
 	}
 	return e.obj.stored
 }
@@ -142,8 +146,8 @@ func (r *round) endedBy(obj object, now stored, recorded, othersIntent bool) boo
 // server having answered at revision rv (0: memory only), as our last
 // write: R and I as they are right after it.
 func (e *entry) wrote(rv uint64, annotation, value string) {
-	if rv == 0 || rv < e.written.version {
-		return
+	if rv == 0 || rv <= e.obj.stored.version || (e.written != nil && rv < e.written.version) {
+		return // not kept, or its event already applied: shown() is the view
 	}
 	st := e.shown()
 	if annotation == RestartedForAnnotation {
@@ -153,5 +157,5 @@ func (e *entry) wrote(rv uint64, annotation, value string) {
 		st.intent = parseIntent(value)
 	}
 	st.version = rv
-	e.written = st
+	e.written = &st
 }

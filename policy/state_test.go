@@ -65,7 +65,7 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 	t.Run("EventOfOurFirstIntentDoesNotUndoOurSecond", func(t *testing.T) {
 		// The sweep wrote a second intent before the first one's event came.
 		i2b := parseIntent(d2.text() + "/uid-1,uid-s")
-		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1, i: i2b, written: stored{recorded: d1, intent: i2b, version: 10, known: true}}
+		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1, i: i2b, written: &stored{recorded: d1, intent: i2b, version: 10, known: true}}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2b.text}
 		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, i2b.text, e.i.text)
@@ -75,7 +75,7 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		assert.NotNil(t, e.round)
 	})
 	t.Run("OurIntentWipedKeepsTheRoundAndWritesItAgain", func(t *testing.T) {
-		e := entry{obj: object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}}, r: d1, i: i2, written: stored{version: 9}}
+		e := entry{obj: object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}}, r: d1, i: i2, written: &stored{version: 9}}
 		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
 		e.apply(object{uid: "u", version: 11, hash: d2, selector: "a=b", stored: stored{version: 11, known: true}}) // kubectl replace
 		require.NotNil(t, e.round, "a replace with the same data ends no round")
@@ -90,6 +90,22 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		e.wrote(10, RestartedForAnnotation, d2.String())
 		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, stepNothing, e.decide(true), "no second record")
+	})
+	t.Run("OurWriteIsForgottenOnceItsEventIsApplied", func(t *testing.T) {
+		// Every entry would otherwise carry a copy of R and I for good.
+		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1}
+		e.wrote(9, RestartingAnnotation, i2.text)
+		e.r = d2
+		e.wrote(10, RestartedForAnnotation, d2.String())
+		require.NotNil(t, e.written)
+		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
+		assert.NotNil(t, e.written, "still ahead of the view")
+		e.apply(object{uid: "u", version: 10, hash: d2, selector: "a=b", stored: stored{recorded: d2, version: 10, known: true}})
+		assert.Nil(t, e.written)
+		assert.Equal(t, d2, e.shown().recorded)
+		e.wrote(10, RestartedForAnnotation, d2.String()) // its event came first
+		assert.Nil(t, e.written)
+		assert.Equal(t, stepNothing, e.decide(true))
 	})
 	t.Run("PeerRecordIsTaken", func(t *testing.T) {
 		e := entry{obj: object{uid: "u", hash: d2, stored: stored{recorded: d1, known: true}}, r: d1}
