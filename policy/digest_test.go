@@ -85,7 +85,8 @@ func BenchmarkParseConfigMap(b *testing.B) {
 // reuses them for the next event.
 func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
 	raw := []byte(`{"metadata":{"name":"cfg","namespace":"ns","uid":"u-1","annotations":{"` + DefaultSelectorAnnotation + `":"app=web","` +
-		RestartingAnnotation + `":"sha256:` + strings.Repeat("ab", 32) + `/u-7"}},"data":{"k":"v"}}`)
+		RestartingAnnotation + `":"sha256:` + strings.Repeat("ab", 32) + `/u-7","` + StateOfSecretAnnotation + `":"creds","` +
+		DigestKeyIDAnnotation + `":"key-1"}},"data":{"k":"v"}}`)
 	cm, err := parseObject(raw, kindConfigMap, DefaultSelectorAnnotation, nil)
 	require.NoError(t, err)
 	want := cm
@@ -99,6 +100,8 @@ func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
 	assert.Equal(t, "u-1", cm.uid)
 	assert.Equal(t, "app=web", cm.selector)
 	assert.True(t, cm.stored.intent.has("u-7"))
+	assert.Equal(t, "creds", cm.stateOf)
+	assert.Equal(t, "key-1", cm.keyID)
 }
 
 // FuzzParseConfigMap ensures no input makes reading an object panic, and
