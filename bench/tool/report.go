@@ -250,6 +250,12 @@ func loadRun(dir string) (lat map[string][]float64, m map[string]map[string]floa
 	return lat, m, secretsRow, err
 }
 
+// sameRunRows are the rows of the same-run latency tables (floor, base).
+var sameRunRows = []struct {
+	name string
+	f    func(summary) float64
+}{{"p50 (ms)", func(s summary) float64 { return s.p50 }}, {"p90 (ms)", func(s summary) float64 { return s.p90 }}}
+
 func cmdSummary(args []string) error {
 	fs := flag.NewFlagSet("summary", flag.ExitOnError)
 	dir := fs.String("dir", "", "results dir")
@@ -361,10 +367,7 @@ func cmdSummary(args []string) error {
 		fmt.Println()
 		fmt.Println("| reaction latency, same run | floor (DELETE on each event, nothing else) | config-watcher | informer | cw / floor | informer / floor |")
 		fmt.Println("|---|---|---|---|---|---|")
-		for _, q := range []struct {
-			name string
-			f    func(summary) float64
-		}{{"p50 (ms)", func(s summary) float64 { return s.p50 }}, {"p90 (ms)", func(s summary) float64 { return s.p90 }}} {
+		for _, q := range sameRunRows {
 			fmt.Printf("| %s | %.1f | %.1f | %.1f | %s | %s |\n", q.name, q.f(floor), q.f(cw), q.f(inf),
 				ratio(q.f(cw), q.f(floor), cw.n > 0, true), ratio(q.f(inf), q.f(floor), inf.n > 0, true))
 		}
@@ -375,10 +378,7 @@ func cmdSummary(args []string) error {
 		fmt.Println()
 		fmt.Println("| reaction latency, same run | config-watcher | config-watcher at BENCH_BASE | cw / base |")
 		fmt.Println("|---|---|---|---|")
-		for _, q := range []struct {
-			name string
-			f    func(summary) float64
-		}{{"p50 (ms)", func(s summary) float64 { return s.p50 }}, {"p90 (ms)", func(s summary) float64 { return s.p90 }}} {
+		for _, q := range sameRunRows {
 			fmt.Printf("| %s | %.1f | %.1f | %s |\n", q.name, q.f(cw), q.f(base), ratio(q.f(cw), q.f(base), cw.n > 0, true))
 		}
 	}
