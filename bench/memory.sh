@@ -111,6 +111,7 @@ launch() {
 
 # halt PID: SIGTERM to the controller's session, SIGKILL after 10 s.
 halt() {
+	local i
 	kill -TERM -- "-$1"
 	for ((i = 0; i < 100; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
 	kill -KILL -- "-$1" 2>/dev/null || true
@@ -120,7 +121,7 @@ halt() {
 # of it answered 410), waits until METRIC counts it and the controller is ready and quiet,
 # and prints its peak RSS (MiB) since start.
 relist() {
-	local resource=$1 name=$2 before
+	local resource=$1 name=$2 before i
 	before=$(metric "$url" "$name")
 	curl -fsS -X PUT "$fault/_fault/rules" -d "[{\"name\":\"gone\",\"watch\":\"true\",\"path\":\"/$resource\",\"status\":410,\"times\":1}]" >/dev/null
 	curl -fsS -X POST "$fault/_fault/drop" >/dev/null
