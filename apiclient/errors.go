@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func statusFromResponse(resp *http.Response) *StatusError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
 	e := StatusFromJSON(body)
 	if e == nil || e.Code == 0 {
-		e = &StatusError{Message: truncate(strings.TrimSpace(string(body)), 256)}
+		e = &StatusError{Message: quoted(strings.TrimSpace(string(body)), 256)}
 	}
 	e.Code = resp.StatusCode
 	if e.RetryAfter == 0 {
@@ -76,14 +77,14 @@ func StatusFromJSON(raw []byte) *StatusError {
 	if st.Get("kind").String() != "Status" && !st.Get("code").Exists() {
 		return nil
 	}
-	e := &StatusError{Code: int(st.Get("code").Int()), Reason: st.Get("reason").String(), Message: truncate(st.Get("message").String(), 1024)}
+	e := &StatusError{Code: int(st.Get("code").Int()), Reason: st.Get("reason").String(), Message: quoted(st.Get("message").String(), 1024)}
 	if s := st.Get("details.retryAfterSeconds").Int(); s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	causes := st.Get("details.causes")
 	if causes.IsArray() {
 		for _, c := range causes.Array()[:min(len(causes.Array()), maxCauses)] {
-			e.Causes = append(e.Causes, StatusCause{Reason: c.Get("reason").String(), Field: c.Get("field").String(), Message: truncate(c.Get("message").String(), 256)})
+			e.Causes = append(e.Causes, StatusCause{Reason: c.Get("reason").String(), Field: c.Get("field").String(), Message: quoted(c.Get("message").String(), 256)})
 		}
 	}
 	return e
@@ -102,6 +103,21 @@ func parseRetryAfter(v string) time.Duration {
 
 // maxCauses bounds the causes kept: a Status lists one per invalid field.
 const maxCauses = 16
+
+// KeyedDigestPrefix begins a keyed digest of Secret data (policy writes
+// them in the state of Secrets). A server that refuses a write may quote it;
+// no part of one may reach a log or an Event.
+const KeyedDigestPrefix = "hmac-sha256:"
+
+// keyedDigest is a keyed digest, or what is left of one cut short.
+var keyedDigest = regexp.MustCompile(regexp.QuoteMeta(KeyedDigestPrefix) + `[0-9a-fA-F]*`)
+
+// quoted is text a server sent, made fit for logs and Events: keyed
+// digests hidden first (a cut could leave part of one that no longer
+// matches), then cut at n bytes.
+func quoted(s string, n int) string {
+	return truncate(keyedDigest.ReplaceAllLiteralString(s, KeyedDigestPrefix+"(not shown)"), n)
+}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -208,6 +208,46 @@ func TestStatusFromJSON(t *testing.T) {
 	}
 }
 
+// TestKeyedDigestsNeverQuoted ensures no part of a keyed digest (a Secret's)
+// that a server quotes in what it answers survives in a StatusError: not in
+// its message, a cause's message, or a plain-text body, even where the text
+// is cut inside the digest.
+func TestKeyedDigestsNeverQuoted(t *testing.T) {
+	digest := strings.Repeat("0123456789abcdef", 4)
+	quote := func(before int) string {
+		return strings.Repeat("x", before) + `"` + apiclient.KeyedDigestPrefix + digest + `"`
+	}
+	status := func(msg, cause string) string {
+		b, err := json.Marshal(map[string]any{"kind": "Status", "code": 403, "reason": "Forbidden", "message": msg,
+			"details": map[string]any{"causes": []map[string]string{{"field": "metadata.annotations", "message": cause}}}})
+		require.NoError(t, err)
+		return string(b)
+	}
+	for name, tt := range map[string]struct {
+		contentType, body string
+	}{
+		"Whole":                {"application/json", status(quote(10), quote(10))},
+		"MessageCutInsideIt":   {"application/json", status(quote(1024-len(apiclient.KeyedDigestPrefix)-13), quote(256-len(apiclient.KeyedDigestPrefix)-10))},
+		"PlainTextCutInsideIt": {"text/plain", quote(256 - len(apiclient.KeyedDigestPrefix) - 9)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(answer{code: 403, headers: map[string]string{"Content-Type": tt.contentType}, body: tt.body}.serve))
+			t.Cleanup(srv.Close)
+			_, err := newClient(t, srv.URL).MergePatch(context.Background(), "/api/v1/namespaces/ns/configmaps/c", []byte(`{}`))
+			var se *apiclient.StatusError
+			require.ErrorAs(t, err, &se)
+			text := se.Error()
+			for _, c := range se.Causes {
+				text += " " + c.Message
+			}
+			require.Contains(t, text, apiclient.KeyedDigestPrefix)
+			for i := 0; i+8 <= len(digest); i++ {
+				assert.NotContains(t, text, digest[i:i+8])
+			}
+		})
+	}
+}
+
 // transportError is a real error of a request that reached no server.
 func transportError(t *testing.T) error {
 	t.Helper()

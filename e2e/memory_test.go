@@ -156,6 +156,66 @@ func TestMemoryBoundedWithLargeSecrets(t *testing.T) {
 	assertDeletedOnce(t, ns, adminUser, original)
 }
 
+// TestMemoryBoundedWithForgedObjects ensures what anyone who may write
+// ConfigMaps can forge costs the controller no memory it cannot afford: run
+// inside a memory cgroup set to the manifests' limit, with Secrets watched, in
+// a namespace holding 40 ConfigMaps shaped as the state of a Secret that does
+// not exist, each with a 255 KiB intent of short ids, and 20 annotated
+// ConfigMaps with 255 KiB of intent or of selector, it becomes ready, is never
+// OOM-killed, and acts on a data change of the webapp's ConfigMap.
+func TestMemoryBoundedWithForgedObjects(t *testing.T) {
+	requireCluster(t)
+	limit := manifestMemoryLimit(t)
+	ns := newNamespace(t)
+	apply(t, ns, webappManifests("app=webapp"))
+	long := func(i int) string {
+		var b strings.Builder
+		b.WriteString("sha256:" + strings.Repeat("ab", 32) + "/")
+		for n := 0; b.Len() < 255<<10; n++ {
+			fmt.Fprintf(&b, "%d-%d,", i, n)
+		}
+		return b.String()
+	}
+	create := func(name string, annotations map[string]string) {
+		b, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "annotations": annotations}, "data": map[string]string{"k": "v"}})
+		require.NoError(t, err)
+		_, err = runKubectl(string(b), "create", "-n", ns, "-f", "-")
+		require.NoError(t, err, "create ConfigMap %s", name)
+	}
+	for i := range 40 {
+		secret := fmt.Sprintf("forged-%d", i)
+		create("config-watcher-secret."+secret, map[string]string{
+			"config-watcher.k8spatterns.io/state-of-secret": secret,
+			"config-watcher.k8spatterns.io/digest-key-id":   "00000000",
+			"config-watcher.k8spatterns.io/restarting":      long(i),
+		})
+	}
+	for i := range 20 {
+		annotations := map[string]string{selectorAnnotation: "app=forged", "config-watcher.k8spatterns.io/restarting": long(i)}
+		if i%2 == 1 {
+			annotations = map[string]string{selectorAnnotation: "app in (" + strings.Repeat("x,", 255<<9) + "forged)"}
+		}
+		create(fmt.Sprintf("forged-%d", i), annotations)
+	}
+	original := waitPods(t, ns, "app=webapp", 2)
+
+	keyFile := filepath.Join(t.TempDir(), "digest-key")
+	require.NoError(t, os.WriteFile(keyFile, randomBytes(32), 0o600))
+	cg := newMemCgroup(t, limit)
+	c := startController(t, controllerOpts{namespace: ns, wrap: cg.wrap(),
+		extraEnv: []string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + keyFile}})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, ns, "webapp-config", "")
+	t.Logf("ready: %s", cg.report(c))
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, forged objects"}}`)
+	waitDeleted(t, ns, adminUser, original)
+	waitRestartedFor(t, ns, "webapp-config", adopted)
+	t.Logf("after the change: %s", cg.report(c))
+	assert.Zero(t, cg.oomKills(t), "OOM kills")
+	assertDeletedOnce(t, ns, adminUser, original)
+}
+
 // postSecret creates a Secret of type typ in ns, annotated with selector unless
 // it is empty, through the shared proxy: one request, with no last-applied copy of
 // its data, and quicker than kubectl for a megabyte of it.

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
 // RestartedForAnnotation is R in the state model (doc.go): the digest of
@@ -18,6 +20,13 @@ const RestartingAnnotation = "config-watcher.k8spatterns.io/restarting"
 // A larger round writes "*": every selected pod.
 const maxIntentPods = 2000
 
+// maxIntentText bounds what is kept of an intent read from the server:
+// ours name at most maxIntentPods uids of 36 characters. A longer one (only
+// a hand or a forger writes it) is read as naming no pods ("*"), so that
+// each object's intent costs at most this much memory however many there
+// are.
+const maxIntentText = len(keyedDigestPrefix) + 2*sha256.Size + 1 + maxIntentPods*37
+
 // digest is D, R or I's data: the SHA-256 of a ConfigMap's data
 // (dataHash), or the HMAC-SHA256 of a Secret's (secretHash, keyed); zero is
 // none.
@@ -30,7 +39,7 @@ type digest struct {
 
 const (
 	digestPrefix      = "sha256:"
-	keyedDigestPrefix = "hmac-sha256:"
+	keyedDigestPrefix = apiclient.KeyedDigestPrefix // apiclient hides them in what servers answer
 )
 
 // text is the annotation's form, "sha256:<64 hex digits>" or
@@ -78,15 +87,29 @@ func parseDigest(s string) (digest, bool) {
 
 // intent is RestartingAnnotation as read.
 type intent struct {
-	text string // "" for none
+	text string // "" for none; at most maxIntentText bytes
 	hash digest
 	all  bool // "*": the round's pods are not named
-	uids map[string]bool
 }
 
 func (in intent) present() bool { return in.text != "" }
 
-func (in intent) has(uid string) bool { return in.all || in.uids[uid] }
+// uids returns the pods the intent names (nil if it names none: all). A
+// round that resumes the intent asks once; nothing else needs them, so
+// entries keep only the text.
+func (in intent) uids() map[string]bool {
+	if in.all || !in.present() {
+		return nil
+	}
+	_, list, _ := strings.Cut(in.text, "/")
+	uids := map[string]bool{}
+	for uid := range strings.SplitSeq(list, ",") {
+		if uid != "" {
+			uids[uid] = true
+		}
+	}
+	return uids
+}
 
 func newIntent(hash digest, pods []podRef) intent {
 	uids := "*"
@@ -101,22 +124,22 @@ func newIntent(hash digest, pods []podRef) intent {
 }
 
 // parseIntent reads the annotation. One that cannot be read is still an
-// intent, for no data: a round was cut short, and its pods are mixed.
+// intent, for no data: a round was cut short, and its pods are mixed. One
+// longer than maxIntentText, or naming more than maxIntentPods pods, names
+// none ("*"); its text is then its digest's form, or a fingerprint.
 func parseIntent(v string) intent {
 	if v == "" {
 		return intent{}
 	}
-	in := intent{text: v}
 	text, list, _ := strings.Cut(v, "/")
+	in := intent{text: v}
 	in.hash, _ = parseDigest(text)
-	if list == "*" {
-		in.all = true
-		return in
-	}
-	in.uids = map[string]bool{}
-	for uid := range strings.SplitSeq(list, ",") {
-		if uid != "" {
-			in.uids[uid] = true
+	in.all = list == "*" || len(v) > maxIntentText || strings.Count(list, ",") >= maxIntentPods
+	if len(v) > maxIntentText {
+		in.text = in.hash.text() + "/*"
+		if in.hash.isZero() {
+			sum := sha256.Sum256([]byte(v))
+			in.text = "unreadable/" + hex.EncodeToString(sum[:8])
 		}
 	}
 	return in

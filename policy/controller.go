@@ -20,8 +20,9 @@ import (
 // Config of the controller. Zero values take the defaults New sets.
 type Config struct {
 	SelectorAnnotation string // holds the pod label selector on a ConfigMap or Secret
-	// DigestKey keys the digests of Secret data (secret.go); it must be
-	// set, MinDigestKey bytes or more, for ForSecrets.
+	// DigestKey keys the digests of Secret data (secret.go). It is set,
+	// MinDigestKey bytes or more, exactly when Secrets are watched
+	// (ForSecrets): without it, no ConfigMap is taken for a Secret's state.
 	DigestKey []byte
 	// RecordHash writes R and I on the ConfigMaps. Without it (read-only
 	// RBAC) they live in memory: changes made while the controller was
@@ -96,7 +97,7 @@ type Controller struct {
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
 	all        [2]*scope              // by kind: the handler for a watch of every namespace
-	configMaps map[string]*scope      // the handlers of ConfigMap watches of one namespace
+	namespaced [2]map[string]*scope   // by kind: the handlers of watches of one namespace
 	gates      map[string]*sync.Mutex // per namespace: one wave at a time (waves.go)
 	halted     map[string]*round      // halted rounds, by key
 
@@ -141,7 +142,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		queue:      newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
 		entries:    map[string]*entry{},
 		states:     map[string]*stateSeen{},
-		configMaps: map[string]*scope{},
+		namespaced: [2]map[string]*scope{{}, {}},
 		keyID:      keyID(cfg.DigestKey),
 		annotated:  map[string]int{},
 		retries:    map[string]backoff.BackOff{},

@@ -99,7 +99,7 @@ func TestParsedConfigMapOutlivesTheEvent(t *testing.T) {
 	assert.Equal(t, "ns", cm.namespace)
 	assert.Equal(t, "u-1", cm.uid)
 	assert.Equal(t, "app=web", cm.selector)
-	assert.True(t, cm.stored.intent.has("u-7"))
+	assert.True(t, cm.stored.intent.uids()["u-7"])
 	assert.Equal(t, "creds", cm.stateOf)
 	assert.Equal(t, "key-1", cm.keyID)
 }

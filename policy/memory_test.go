@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/watch"
@@ -138,4 +139,95 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 			b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(n), "inuse-B/configmap")
 		})
 	}
+}
+
+// heapAfter returns the live heap after f, less the live heap before it.
+func heapAfter(f func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// bigAnnotation is an annotation value of 255 KiB: a list of short ids after
+// a digest, as a forged intent would be.
+func bigAnnotation(t *testing.T, i int) string {
+	var b strings.Builder
+	b.WriteString(hashOf(t, v2) + "/")
+	for n := 0; b.Len() < 255<<10; n++ {
+		fmt.Fprintf(&b, "%d-%d,", i, n)
+	}
+	return b.String()
+}
+
+// TestForgedStateConfigMapsAreNotKept ensures ConfigMaps shaped as the state
+// of a Secret, each with a 255 KiB intent, cost next to no memory, with
+// Secrets watched (their Secret is not one of ours) or not, and that the
+// controller still acts on the next change of its own Secret.
+func TestForgedStateConfigMapsAreNotKept(t *testing.T) {
+	for _, secrets := range []bool{false, true} {
+		t.Run(fmt.Sprintf("WatchSecrets=%v", secrets), func(t *testing.T) {
+			api := replacingAPI(t)
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}
+			if secrets {
+				cfg.DigestKey = testKey
+			}
+			c, _ := newTestController(t, api.client(), cfg)
+			secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+			if secrets {
+				listSecrets(t, c, secret)
+			}
+			forged := make([]cmSpec, 20)
+			for i := range forged {
+				forged[i] = stateSpec(fmt.Sprintf("forged-%d", i), keyID(testKey), hashOf(t, v1), bigAnnotation(t, i))
+			}
+			kept := heapAfter(func() {
+				list(t, c.ForNamespace(""), append(forged, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")))
+			})
+			runtime.KeepAlive(forged)
+			t.Logf("heap kept after listing 20 forged state ConfigMaps: %d KiB", kept>>10)
+			assert.Less(t, kept, int64(1<<20), "20 x 255 KiB of forged intents")
+			if !secrets {
+				return
+			}
+			start(t, c)
+			secret.data = s2
+			handleSecret(t, c, watch.Modified, secret)
+			require.Eventually(t, func() bool { return len(api.deletedPods()) == 3 }, waitFor, time.Millisecond)
+		})
+	}
+}
+
+// TestLongIntentsAndSelectorsAreBounded ensures annotated ConfigMaps whose
+// intent and selector are 255 KiB each keep a bounded amount of memory: the
+// selector is refused as too long (a Warning Event, no restart), the intent
+// is read as naming no pods; another ConfigMap's change is acted on.
+func TestLongIntentsAndSelectorsAreBounded(t *testing.T) {
+	api := replacingAPI(t)
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, Events: rec})
+	forged := make([]cmSpec, 20)
+	for i := range forged {
+		sel := "app in (" + strings.Repeat("x,", 255<<9) + "webapp)"
+		forged[i] = cmSpec{name: fmt.Sprintf("forged-%d", i), uid: fmt.Sprintf("forged-uid-%d", i), selector: &sel, recorded: hashOf(t, v1), intent: bigAnnotation(t, i), data: v2}
+	}
+	kept := heapAfter(func() { list(t, c.ForNamespace(""), forged) })
+	runtime.KeepAlive(forged)
+	t.Logf("heap kept after listing 20 ConfigMaps with 255 KiB intents and selectors: %d KiB", kept>>10)
+	assert.Less(t, kept, int64(4<<20), "20 x 510 KiB of annotations")
+	c.mu.Lock()
+	in := c.entries["ns/forged-0"].obj.stored.intent
+	c.mu.Unlock()
+	assert.True(t, in.all, "an intent past the bound names no pods")
+	assert.LessOrEqual(t, len(in.text), maxIntentText)
+
+	start(t, c)
+	require.Eventually(t, func() bool { return m.InvalidSelectors.Value() == 20 }, waitFor, time.Millisecond)
+	assert.Contains(t, eventText(rec, "InvalidSelector"), "longer than 4096 bytes")
+	assert.Empty(t, api.deletedPods(), "a refused selector restarts nothing")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.deletedPods()) == 3 }, waitFor, time.Millisecond)
 }

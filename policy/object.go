@@ -14,6 +14,9 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
+	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // kind is what a watched object is: it decides how its data is digested,
@@ -124,16 +127,21 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 	obj.version, _ = strconv.ParseUint(meta.Get("resourceVersion").String(), 10, 64)
 	meta.Get("annotations").ForEach(func(a, v gjson.Result) bool {
 		switch a.String() {
+		// What is kept is bounded, whatever an annotation holds (up to
+		// 256 KiB): a selector past selector.MaxLength is refused, and
+		// the others' longer forms are never ours.
 		case selectorAnnotation:
-			obj.selector, obj.hasSelector = strings.Clone(v.String()), true
+			obj.selector, obj.hasSelector = cloneAtMost(v.String(), selector.MaxLength+1), true
 		case RestartedForAnnotation:
 			obj.stored.recorded, _ = parseDigest(v.String())
 		case RestartingAnnotation:
-			obj.stored.intent = parseIntent(strings.Clone(v.String()))
+			obj.stored.intent = parseIntent(cloneAtMost(v.String(), maxIntentText+1))
 		case StateOfSecretAnnotation:
-			obj.stateOf = strings.Clone(v.String())
+			if len(v.String()) <= k8sname.MaxSubdomain {
+				obj.stateOf = strings.Clone(v.String())
+			}
 		case DigestKeyIDAnnotation:
-			obj.keyID = strings.Clone(v.String())
+			obj.keyID = cloneAtMost(v.String(), 2*keyIDBytes+1)
 		}
 		return true
 	})
@@ -147,6 +155,10 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 	obj.hash = dataHash(doc.Get("data"), doc.Get("binaryData"))
 	return obj, nil
 }
+
+// cloneAtMost clones at most n bytes of s: enough to tell that it is too
+// long, without keeping it.
+func cloneAtMost(s string, n int) string { return strings.Clone(s[:min(len(s), n)]) }
 
 // dataHash digests data and binaryData length-prefixed with sorted keys, so
 // that different content never gives the same stream and the server's key

@@ -54,9 +54,7 @@ func (c *Controller) forScope(k kind, namespace string) watch.Handler {
 	s := c.all[k]
 	if namespace != "" {
 		s = &scope{c: c, kind: k, namespace: namespace}
-		if k == kindConfigMap {
-			c.configMaps[namespace] = s
-		}
+		c.namespaced[k][namespace] = s
 	}
 	if !s.counted {
 		s.counted = true
@@ -90,6 +88,8 @@ func (s *scope) EndList() {
 	s.listed = true
 	if s.kind == kindConfigMap {
 		c.statesListed(s)
+	} else {
+		c.forgetStatesOfUnknownSecrets(s)
 	}
 	if s.counted && first {
 		if c.unsynced.Add(-1) == 0 {
@@ -129,7 +129,7 @@ func (c *Controller) handle(k kind, ev watch.Event) {
 		return
 	}
 	switch {
-	case obj.stateOf != "" && obj.name == stateName(obj.stateOf):
+	case c.isState(obj):
 		c.observeState(obj, ev.Type == watch.Deleted)
 	case ev.Type == watch.Deleted:
 		c.forget(obj.key())
@@ -192,11 +192,21 @@ func (c *Controller) stateOf(key, namespace string) stored {
 	if s := c.states[key]; s != nil {
 		return s.st
 	}
-	s := c.configMaps[namespace]
-	if s == nil {
-		s = c.all[kindConfigMap]
+	return stored{known: c.scopeOf(kindConfigMap, namespace).listed}
+}
+
+// scopeOf returns the scope that watches objects of kind k in namespace.
+// c.mu must be held.
+func (c *Controller) scopeOf(k kind, namespace string) *scope {
+	if s := c.namespaced[k][namespace]; s != nil {
+		return s
 	}
-	return stored{known: s.listed}
+	return c.all[k]
+}
+
+// isState: obj is the state ConfigMap of a Secret, if Secrets are watched.
+func (c *Controller) isState(obj object) bool {
+	return len(c.cfg.DigestKey) > 0 && obj.stateOf != "" && obj.name == stateName(obj.stateOf)
 }
 
 // observeState takes a state ConfigMap's view (deleted: it is gone) to its
@@ -211,6 +221,13 @@ func (c *Controller) observeState(obj object, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
+	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed {
+		// No Secret of ours holds this state: kept, it would only cost
+		// memory (anyone who may write ConfigMaps can make one). One
+		// whose Secret gains the selector is adopted, as a ConfigMap is.
+		delete(c.states, key)
+		return
+	}
 	if s := c.states[key]; s != nil && !deleted && st.version != 0 && st.version <= s.st.version {
 		s.seen = c.seq // replayed by a resumed watch
 		return
@@ -252,6 +269,17 @@ func (c *Controller) statesListed(s *scope) {
 	for key, e := range c.entries {
 		if e.obj.kind == kindSecret && s.covers(e.obj.namespace) && (!e.obj.stored.known || gone[key]) {
 			c.takeState(key, c.stateOf(key, e.obj.namespace))
+		}
+	}
+}
+
+// forgetStatesOfUnknownSecrets: once scope s of Secrets has listed, the
+// state ConfigMaps kept meanwhile (they may come first) whose Secret it did
+// not show as ours are forgotten. c.mu must be held.
+func (c *Controller) forgetStatesOfUnknownSecrets(s *scope) {
+	for key, st := range c.states {
+		if s.covers(st.namespace) && c.entries[key] == nil {
+			delete(c.states, key)
 		}
 	}
 }

@@ -50,13 +50,13 @@ type round struct {
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; these are set then.
 	listed   bool
-	only     *intent   // a resumed round's intent: the pods it names
-	total    int       // N: the selected, controller-owned, non-terminating pods
-	budget   int       // MaxUnavailable of N
-	owned    []bool    // owned[i]: a controller owns pods[i]
-	ready    []bool    // ready[i]: pods[i] was Ready and owned in the latest wave's list
-	progress time.Time // its latest restart, or its first wave
-	halted   bool      // no restart possible for ProgressDeadline
+	only     map[string]bool // a resumed round's intent: the pods it names (nil: all)
+	total    int             // N: the selected, controller-owned, non-terminating pods
+	budget   int             // MaxUnavailable of N
+	owned    []bool          // owned[i]: a controller owns pods[i]
+	ready    []bool          // ready[i]: pods[i] was Ready and owned in the latest wave's list
+	progress time.Time       // its latest restart, or its first wave
+	halted   bool            // no restart possible for ProgressDeadline
 	// blocked names a pod whose eviction a disruption budget refused.
 	blocked atomic.Pointer[string]
 }
@@ -257,9 +257,9 @@ func (r *round) wrote(text string) bool {
 // data). The round is kept from here on, so that a retry does not take pods
 // created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
-	r := &round{hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, only: resume}
+	r := &round{hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
 	if resume != nil {
-		r.intent = resume.text
+		r.intent, r.only = resume.text, resume.uids()
 	} else if c.cfg.MaxUnavailable.Percent == 100 {
 		r.pods, r.indexed = c.fromIndex(obj.namespace, sel)
 	}
@@ -429,8 +429,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 // keeps them, and returns the revision the server answered.
 func (c *Controller) writeAnnotations(ctx context.Context, obj object, annotations map[string]any) (uint64, error) {
 	if obj.kind == kindSecret {
-		rv, err := c.writeSecretState(ctx, obj, annotations)
-		return rv, hideDigest(err, obj.hash)
+		return c.writeSecretState(ctx, obj, annotations) // apiclient hides the digest in refusals
 	}
 	return c.patchAnnotations(ctx, obj, annotations)
 }

@@ -8,11 +8,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash"
-	"regexp"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
 )
 
 // A Secret's state (R and I) lives in a state ConfigMap beside it, never on
@@ -48,18 +48,21 @@ const MinDigestKey = 32
 // stateName is the name of a Secret's state ConfigMap. A name too long to
 // carry the prefix is replaced by a digest of it (names are not secret).
 func stateName(secret string) string {
-	if name := stateNamePrefix + secret; len(name) <= 253 {
+	if name := stateNamePrefix + secret; len(name) <= k8sname.MaxSubdomain {
 		return name
 	}
 	sum := sha256.Sum256([]byte(secret))
 	return stateNamePrefix + hex.EncodeToString(sum[:8])
 }
 
+// keyIDBytes is the length of a key id, before its hex encoding.
+const keyIDBytes = 4
+
 // keyID names a digest key without telling anything of it.
 func keyID(key []byte) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("config-watcher digest key id"))
-	return hex.EncodeToString(m.Sum(nil)[:4])
+	return hex.EncodeToString(m.Sum(nil)[:keyIDBytes])
 }
 
 // secretHash digests a Secret's data as dataHash does a ConfigMap's (keys
@@ -144,31 +147,4 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, annotatio
 		return 0, err
 	}
 	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), nil
-}
-
-// hidingDigest keeps a Secret's keyed digest out of an error's text: a
-// server may quote the annotation it refused.
-type hidingDigest struct {
-	err  error
-	text string
-}
-
-func (h *hidingDigest) Error() string { return h.text }
-func (h *hidingDigest) Unwrap() error { return h.err }
-
-// hexRun is any run of hex digits long enough to be a digest or part of
-// one (a uid's longest run is 12).
-var hexRun = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
-
-// hideDigest returns err with anything like a digest hidden from its text
-// when d is a Secret's.
-func hideDigest(err error, d digest) error {
-	if err == nil || !d.keyed {
-		return err
-	}
-	text := hexRun.ReplaceAllLiteralString(err.Error(), "(not shown)")
-	if text == err.Error() {
-		return err
-	}
-	return &hidingDigest{err: err, text: text}
 }

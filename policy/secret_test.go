@@ -388,7 +388,7 @@ func TestSecretAndConfigMapOfOneNameAreTwoObjects(t *testing.T) {
 // TestSecretDataNeverLeaves feeds a Secret whose value is a marker through
 // every path that logs, records an Event or counts: an adoption, a round, a
 // dry run, an invalid selector, a state write the server refuses quoting
-// it; the marker, its base64, and any 8 hex digits of its
+// it, whole or cut inside the digest after a long preamble; the marker, its base64, and any 8 hex digits of its
 // SHA-256, of its base64's, or of the keyed digest in the state ConfigMap
 // appear in no log line, Event or metric.
 func TestSecretDataNeverLeaves(t *testing.T) {
@@ -408,7 +408,11 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 
 	logs, rec := &testlog.Buffer{}, &fakeRecorder{}
 	var metricsText strings.Builder
-	run := func(cfg Config, sel string, refuse bool) {
+	// run runs one path; refuse, if not nil, has the server refuse every
+	// state write with a Status message quoting the patch, after a
+	// preamble that has apiclient's 1,024-byte cut fall *refuse hex digits
+	// into the keyed digest (0: no preamble).
+	run := func(cfg Config, sel string, refuse *int) {
 		reg := metrics.NewRegistry()
 		defer func() {
 			srv := httptest.NewServer(reg)
@@ -420,14 +424,18 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 			require.NoError(t, err)
 		}()
 		api := newFakeAPI(t, webPods()...)
-		if refuse {
+		if refuse != nil {
 			api.fault = func(r request) (int, string, bool) {
 				if r.method != http.MethodPatch {
 					return 0, "", false
 				}
 				// A server quoting what it refuses.
-				status, _ := json.Marshal(map[string]any{"kind": "Status", "code": 422, "reason": "Invalid",
-					"message": "ConfigMap is invalid: metadata.annotations: Invalid value: " + r.body})
+				msg := "ConfigMap is invalid: metadata.annotations: Invalid value: " + r.body
+				if *refuse > 0 {
+					at := strings.Index(msg, keyedDigestPrefix) + len(keyedDigestPrefix) + *refuse
+					msg = strings.Repeat("v", 1024-at) + msg
+				}
+				status, _ := json.Marshal(map[string]any{"kind": "Status", "code": 422, "reason": "Invalid", "message": msg})
 				return 422, string(status), true
 			}
 		}
@@ -439,7 +447,7 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
-		if refuse {
+		if refuse != nil {
 			// The adoption's record is refused, and retried until the end.
 			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "write refused") }, waitFor, time.Millisecond)
 			return
@@ -449,10 +457,12 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		handleSecret(t, c, watch.Modified, secretSpec{selector: ptr(sel), data: other})
 		settle(t, c)
 	}
-	run(Config{RecordHash: true}, "app=webapp", false)
-	run(Config{RecordHash: true, DryRun: true}, "app=webapp", false)
-	run(Config{RecordHash: true}, "app in (", false)
-	run(Config{RecordHash: true}, "app=webapp", true)
+	run(Config{RecordHash: true}, "app=webapp", nil)
+	run(Config{RecordHash: true, DryRun: true}, "app=webapp", nil)
+	run(Config{RecordHash: true}, "app in (", nil)
+	for _, shown := range []int{0, 12} {
+		run(Config{RecordHash: true}, "app=webapp", &shown)
+	}
 	var events strings.Builder
 	for _, e := range rec.all() {
 		events.WriteString(e.kind + " " + e.reason + " " + e.message + "\n")

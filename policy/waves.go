@@ -144,7 +144,7 @@ func (c *Controller) take(obj object, r *round, live []listedPod, log *slog.Logg
 		case p.owned:
 			r.total++
 		}
-		if r.only == nil || r.only.has(p.uid) {
+		if r.only == nil || r.only[p.uid] {
 			r.pods = append(r.pods, p.podRef)
 			r.owned = append(r.owned, p.owned)
 		}
@@ -152,7 +152,7 @@ func (c *Controller) take(obj object, r *round, live []listedPod, log *slog.Logg
 	r.state, r.ready = make([]podState, len(r.pods)), make([]bool, len(r.pods))
 	r.budget = c.cfg.MaxUnavailable.of(r.total)
 	r.listed, r.progress = true, time.Now()
-	if r.only != nil {
+	if r.resumed {
 		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "selected", r.total, "max_unavailable", r.budget)
 	} else {
 		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", r.budget)

@@ -44,9 +44,14 @@ type Requirement struct {
 // least one positive requirement.
 type Selector struct{ requirements []Requirement }
 
-// The errors for selectors refused for their breadth.
+// MaxLength bounds a selector's text: the longest a restart needs is a
+// few terms, and a controller keeps each object's selector in memory.
+const MaxLength = 4096
+
+// The errors for selectors refused for their breadth or their size.
 var (
 	ErrEmpty                 = errors.New("selector is empty: it would match every pod")
+	ErrTooLong               = fmt.Errorf("selector is longer than %d bytes: no restart needs one so long", MaxLength)
 	ErrNoPositiveRequirement = errors.New("selector has no positive requirement (key, key=value or key in (...)): it would match almost every pod")
 )
 
@@ -54,6 +59,9 @@ var (
 func Parse(s string) (*Selector, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, ErrEmpty
+	}
+	if len(s) > MaxLength {
+		return nil, ErrTooLong
 	}
 	reqs, err := parse(s)
 	if err != nil {

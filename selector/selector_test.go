@@ -47,6 +47,7 @@ func TestParseRefuses(t *testing.T) {
 	}{
 		{"Empty", "", ErrEmpty, ""},
 		{"Blank", " \t\n", ErrEmpty, ""},
+		{"TooLong", "app in (" + strings.Repeat("x,", MaxLength/2) + "webapp)", ErrTooLong, ""},
 		{"OnlyNotExists", "!app", ErrNoPositiveRequirement, ""},
 		{"OnlyNotEquals", "app!=webapp", ErrNoPositiveRequirement, ""},
 		{"OnlyNotIn", "app notin (a,b)", ErrNoPositiveRequirement, ""},

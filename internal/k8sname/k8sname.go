@@ -24,14 +24,18 @@ func Label(s string) error {
 	return nil
 }
 
+// MaxSubdomain is the longest DNS-1123 subdomain, and so the longest
+// object name.
+const MaxSubdomain = 253
+
 // Subdomain checks a DNS-1123 subdomain, such as a Lease name or a key's
 // prefix: DNS-1123 labels joined by '.', at most 253 bytes.
 func Subdomain(s string) error {
 	switch {
 	case s == "":
 		return errors.New("is empty")
-	case len(s) > 253:
-		return errors.New("longer than 253 characters")
+	case len(s) > MaxSubdomain:
+		return fmt.Errorf("longer than %d characters", MaxSubdomain)
 	case !subdomainRE.MatchString(s):
 		return fmt.Errorf("%q is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", s)
 	}
