@@ -38,6 +38,7 @@ type config struct {
 	ShutdownTimeout    time.Duration
 	RestartStrategy    string
 	MaxUnavailable     policy.Budget
+	MinReadySeconds    int
 	ProgressDeadline   time.Duration
 	MaxConcurrent      int
 	DryRun             bool
@@ -121,11 +122,12 @@ var settings = []setting{
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
-	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts: a number, or a percentage rounded down (at least 1); pods that are not Ready are restarted first and always; 100% restarts all at once", func(c *config, v string) error {
+	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts, counting pods down for any reason: a number, or a percentage of the pods their owners expect, rounded down (at least 1); pods that serve nothing (crash-looping, or not Ready for 10s) are restarted first, outside it; 100% restarts all at once", func(c *config, v string) error {
 		b, err := policy.ParseBudget(v)
 		c.MaxUnavailable = b
 		return err
 	}},
+	{"MIN_READY_SECONDS", "min-ready-seconds", "0", "seconds a pod must have been Ready to count as available in the restart budget (as a Deployment's minReadySeconds)", intSetting(0, 3600, func(c *config) *int { return &c.MinReadySeconds })},
 	{"PROGRESS_DEADLINE", "progress-deadline", "10m", "a round that could restart no pod for this long halts (Warning Event RolloutHalted) and goes on when pods become Ready; replacements not Ready this long after the last restart get a ReplacementsNotReady Event", durationSetting(time.Second, 24*time.Hour, "1s to 24h", func(c *config) *time.Duration { return &c.ProgressDeadline })},
 	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},

@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		ShutdownGrace:         cfg.ShutdownTimeout,
 		Strategy:              cfg.RestartStrategy,
 		MaxUnavailable:        cfg.MaxUnavailable,
+		MinReadySeconds:       time.Duration(cfg.MinReadySeconds) * time.Second,
 		ProgressDeadline:      cfg.ProgressDeadline,
 		MaxConcurrentRestarts: cfg.MaxConcurrent,
 		DryRun:                cfg.DryRun,
@@ -178,7 +179,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
-		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "pod_index", cfg.PodIndex, "watch_secrets", cfg.WatchSecrets, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
+		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "min_ready_seconds", cfg.MinReadySeconds, "pod_index", cfg.PodIndex, "watch_secrets", cfg.WatchSecrets, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	if cfg.WatchSecrets {
 		go reportSecretAccess(ctx, client, cfg.Namespaces, cfg.RecordHash && !cfg.DryRun, log)
 	}

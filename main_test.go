@@ -182,7 +182,7 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[%s]}`, cmV1)
 	case r.URL.Path == "/api/v1/namespaces/ns/pods" && r.Method == http.MethodGet:
-		fmt.Fprint(w, `{"kind":"PartialObjectMetadataList","metadata":{},"items":[{"metadata":{"name":"webapp-1","uid":"p1"}},{"metadata":{"name":"webapp-2","uid":"p2"}}]}`)
+		fmt.Fprint(w, `{"kind":"PodList","metadata":{},"items":[{"metadata":{"name":"webapp-1","uid":"p1","labels":{"app":"webapp"}}},{"metadata":{"name":"webapp-2","uid":"p2","labels":{"app":"webapp"}}}]}`)
 	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/") && r.Method == http.MethodDelete:
 		f.mu.Lock()
 		f.deletes = append(f.deletes, strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/"))

@@ -271,6 +271,26 @@ func GroupPath(group, version, namespace, resource, name string) string {
 	return withName("/apis/"+segment(group)+"/"+segment(version)+"/namespaces/"+segment(namespace)+"/"+segment(resource), name)
 }
 
+// ObjectPath is the path of a resource of apiVersion ("v1" for the core
+// group, else "group/version") in a namespace, or of one named object.
+func ObjectPath(apiVersion, namespace, resource, name string) string {
+	group, version, grouped := strings.Cut(apiVersion, "/")
+	if !grouped {
+		return withName("/api/"+segment(apiVersion)+"/namespaces/"+segment(namespace)+"/"+segment(resource), name)
+	}
+	return GroupPath(group, version, namespace, resource, name)
+}
+
+// DiscoveryPath is the path of apiVersion's discovery document, the list of
+// its resources and their subresources.
+func DiscoveryPath(apiVersion string) string {
+	group, version, grouped := strings.Cut(apiVersion, "/")
+	if !grouped {
+		return "/api/" + segment(apiVersion)
+	}
+	return "/apis/" + segment(group) + "/" + segment(version)
+}
+
 func withName(collection, name string) string {
 	if name == "" {
 		return collection

@@ -18,14 +18,15 @@ import (
 )
 
 // The tests of this file watch a change reach a Service without an outage, on the real
-// node: the demo's webapp scaled to 4 pods, their readiness judged by the kubelet's probe
+// node: the demo's webapp scaled to 8 pods, their readiness judged by the kubelet's probe
 // (an empty message makes the server exit, so such a pod never becomes Ready), a client
 // that sends each request to an endpoint the Service's EndpointSlice lists as ready, as
-// kube-proxy would, and the Ready pods counted on every change a pod watch reports.
+// kube-proxy would, and the Ready pods counted on every change a pod watch reports; and a
+// StatefulSet of 3 with a bad change.
 
 const (
-	wavesReplicas  = 4
-	wavesFloor     = 3 // 4 pods, MAX_UNAVAILABLE's default 25%: one pod at a time
+	wavesReplicas  = 8
+	wavesFloor     = 6 // 8 pods, MAX_UNAVAILABLE's default 25%: two pods at a time
 	wavesConfigMap = "webapp-config"
 	wavesDeadline  = "20s" // PROGRESS_DEADLINE for the halt; the default 10m outlasts any test
 )
@@ -75,9 +76,16 @@ type readySampler struct {
 
 func sampleReady(t *testing.T, old []nodePod) *readySampler {
 	t.Helper()
+	return sampleReadyOf(t, webappSel, old)
+}
+
+// sampleReadyOf is sampleReady for the pods selector matches; old pods are told by uid,
+// so that a StatefulSet's replacement, under the same name, is a new pod.
+func sampleReadyOf(t *testing.T, selector string, old []nodePod) *readySampler {
+	t.Helper()
 	s := &readySampler{old: map[string]bool{}, pods: map[string]nodePod{}, min: len(old)}
 	for _, p := range old {
-		s.old[p.Metadata.Name] = true
+		s.old[p.Metadata.UID] = true
 	}
 	watchEvents(t, func(typ string, object json.RawMessage) {
 		var p nodePod
@@ -92,8 +100,8 @@ func sampleReady(t *testing.T, old []nodePod) *readySampler {
 			s.pods[p.Metadata.Name] = p
 		}
 		s.observe()
-	}, "pods", "-l", webappSel)
-	eventually(t, waitTimeout, "the pod watch listing the webapp's pods", func() (bool, string) {
+	}, "pods", "-l", selector)
+	eventually(t, waitTimeout, "the pod watch listing the pods of "+selector, func() (bool, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.primed, fmt.Sprintf("%d pods seen", len(s.pods))
@@ -104,25 +112,29 @@ func sampleReady(t *testing.T, old []nodePod) *readySampler {
 // observe updates the extremes with the current state (s.mu held). The watch lists the
 // pods one event each: until every old pod is in, the others would count as deleted.
 func (s *readySampler) observe() {
-	if !s.primed {
-		for name := range s.old {
-			if _, ok := s.pods[name]; !ok {
-				return
+	present := map[string]bool{} // old pods listed and not terminating, by uid
+	listed := 0
+	for _, p := range s.pods {
+		if s.old[p.Metadata.UID] {
+			listed++
+			if p.Metadata.DeletionTimestamp == nil {
+				present[p.Metadata.UID] = true
 			}
+		}
+	}
+	if !s.primed {
+		if listed < len(s.old) {
+			return
 		}
 		s.primed = true
 	}
 	s.events++
-	ready, deleted, fresh := 0, 0, 0
-	for name := range s.old {
-		if p, ok := s.pods[name]; !ok || p.Metadata.DeletionTimestamp != nil {
-			deleted++
-		}
-	}
-	for name, p := range s.pods {
+	ready, fresh := 0, 0
+	deleted := len(s.old) - len(present)
+	for _, p := range s.pods {
 		if p.Metadata.DeletionTimestamp == nil && p.ready() {
 			ready++
-			if !s.old[name] {
+			if !s.old[p.Metadata.UID] {
 				fresh++
 			}
 		}
@@ -140,7 +152,7 @@ func (s *readySampler) state() string {
 	var out []string
 	for name, p := range s.pods {
 		age := "new"
-		if s.old[name] {
+		if s.old[p.Metadata.UID] {
 			age = "old"
 		}
 		out = append(out, fmt.Sprintf("%s (%s) ready=%v terminating=%v", name, age, p.ready(), p.Metadata.DeletionTimestamp != nil))
@@ -154,20 +166,28 @@ func (s *readySampler) settled(n int) (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ok := len(s.pods) == n
-	for name, p := range s.pods {
-		ok = ok && !s.old[name] && p.Metadata.DeletionTimestamp == nil && p.ready()
+	for _, p := range s.pods {
+		ok = ok && !s.old[p.Metadata.UID] && p.Metadata.DeletionTimestamp == nil && p.ready()
 	}
 	return ok, s.state()
 }
 
-// check asserts the floor and the one-by-one order over everything sampled so far.
+// check asserts the webapp's floor and the wave-by-wave order over everything sampled so
+// far.
 func (s *readySampler) check(t *testing.T, what string) {
+	t.Helper()
+	s.checkFloor(t, what, wavesReplicas, wavesFloor)
+}
+
+// checkFloor asserts that Ready pods never dropped below floor, and that no more old pods
+// than replicas - floor were ever deleted ahead of new Ready ones.
+func (s *readySampler) checkFloor(t *testing.T, what string, replicas, floor int) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.Logf("%s: %d pod states sampled; fewest Ready %d, most old pods deleted ahead of new Ready ones %d", what, s.events, s.min, s.ahead)
-	assert.GreaterOrEqual(t, s.min, wavesFloor, "%s: Ready pods dropped to %d: %s", what, s.min, s.minAt)
-	assert.LessOrEqual(t, s.ahead, wavesReplicas-wavesFloor, "%s: %d old pods deleted ahead of their replacements: %s", what, s.ahead, s.aheadAt)
+	assert.GreaterOrEqual(t, s.min, floor, "%s: Ready pods dropped to %d: %s", what, s.min, s.minAt)
+	assert.LessOrEqual(t, s.ahead, replicas-floor, "%s: %d old pods deleted ahead of their replacements: %s", what, s.ahead, s.aheadAt)
 }
 
 // sliceClient sends requests to the webapp's Service as kube-proxy routes them: each to
@@ -346,18 +366,22 @@ func oldDeletes(t *testing.T, pods []nodePod) map[string]int {
 	return n
 }
 
-// TestNodeWavesKeepTheServiceUp ensures a good change rolls a 4-pod Deployment one pod
-// at a time: the Ready pods the kubelet reports never drop below 3, each old pod is
-// deleted once by the controller, and not one request sent to a ready endpoint of the
-// Service's EndpointSlice fails, from before the change until the last old pod is gone.
+// TestNodeWavesKeepTheServiceUp ensures three good changes in a row each roll an 8-pod
+// Deployment two pods at a time: the Ready pods the kubelet reports never drop below 6,
+// each old pod is deleted once by the controller, and not one request sent to a ready
+// endpoint of the Service's EndpointSlice fails, from before each change until the last
+// of its old pods is gone.
 func TestNodeWavesKeepTheServiceUp(t *testing.T) {
 	requireNode(t)
 	old := scaleWebapp(t, wavesReplicas)
 	before := getConfigMap(t, nodeNS, wavesConfigMap).Data["message"]
-	sampler := sampleReady(t, old)
-	client := startSliceClient(t, "webapp", wavesReplicas)
-
-	rollTo(t, "waves "+randomSuffix(), before, old, sampler, client, "the rollout")
+	for i := range 3 {
+		sampler := sampleReady(t, old)
+		client := startSliceClient(t, "webapp", wavesReplicas)
+		message := fmt.Sprintf("waves %d %s", i+1, randomSuffix())
+		rollTo(t, message, before, old, sampler, client, fmt.Sprintf("rollout %d of 3", i+1))
+		before, old = message, waitReadyPods(t, webappSel, wavesReplicas)
+	}
 }
 
 // rollTo changes the message, waits until every pod is a new Ready one and the old ones
@@ -380,9 +404,10 @@ func rollTo(t *testing.T, message, before string, old []nodePod, sampler *readyS
 }
 
 // TestNodeWavesHaltOnABadChange ensures a change the pods cannot become Ready with (an
-// empty message: the server exits) stops after the first pod: a RolloutHalted Warning
-// Event on the ConfigMap names the container that fails, the 3 other pods go on serving
-// the old message and no request fails; the fixed data then completes the rollout.
+// empty message: the server exits) stops after the first wave (2 of 8 pods): a
+// RolloutHalted Warning Event on the ConfigMap names the container that fails, the 6
+// other pods go on serving the old message and no request fails; the fixed data then
+// completes the rollout.
 func TestNodeWavesHaltOnABadChange(t *testing.T) {
 	requireNode(t)
 	setControllerEnv(t, "PROGRESS_DEADLINE", wavesDeadline)
@@ -415,7 +440,7 @@ func TestNodeWavesHaltOnABadChange(t *testing.T) {
 	})
 	t.Logf("%s %s: %s", halt.Type, halt.Reason, halt.Message)
 	assert.Equal(t, "Warning", halt.Type)
-	assert.Contains(t, halt.Message, fmt.Sprintf("1 of %d pods", wavesReplicas), "the Event says how far the round got")
+	assert.Contains(t, halt.Message, fmt.Sprintf("%d of %d pods", wavesReplicas-wavesFloor, wavesReplicas), "the Event says how far the round got")
 	assert.Contains(t, halt.Message, "container app", "the Event names the failing container")
 
 	deleted := oldDeletes(t, old)
@@ -435,7 +460,7 @@ func TestNodeWavesHaltOnABadChange(t *testing.T) {
 	for _, n := range deleted {
 		sum += n
 	}
-	assert.Equal(t, 1, sum, "old pods deleted by the halted round: %v", deleted)
+	assert.Equal(t, wavesReplicas-wavesFloor, sum, "old pods deleted by the halted round: %v", deleted)
 
 	client = startSliceClient(t, "webapp", wavesFloor)
 	rollTo(t, "fixed "+randomSuffix(), before, old, sampler, client, "the bad change and its fix")
@@ -464,4 +489,112 @@ func haltEvents(t *testing.T) []event {
 	getJSON(t, nodeNS, &l, "events", "--field-selector",
 		"involvedObject.kind=ConfigMap,involvedObject.name="+wavesConfigMap+",reason=RolloutHalted")
 	return l.Items
+}
+
+// statefulSet is a StatefulSet of 3 (app=db) serving the message of db-config, with the
+// webapp's image and readiness probe, and the ConfigMap annotated to restart its pods.
+const statefulSet = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: db-config
+  annotations:
+    k8spatterns.io/podDeleteSelector: "app=db"
+data:
+  message: "db 1"
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  replicas: 3
+  podManagementPolicy: Parallel
+  selector:
+    matchLabels:
+      app: db
+  template:
+    metadata:
+      labels:
+        app: db
+    spec:
+      automountServiceAccountToken: false
+      enableServiceLinks: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        seccompProfile:
+          type: RuntimeDefault
+      containers:
+      - name: app
+        image: hashicorp/http-echo:1.0.0
+        args: ["-listen=:8080", "-text=$(MESSAGE)"]
+        env:
+        - name: MESSAGE
+          valueFrom:
+            configMapKeyRef:
+              name: db-config
+              key: message
+        ports:
+        - name: http
+          containerPort: 8080
+        readinessProbe:
+          httpGet:
+            path: /
+            port: http
+          periodSeconds: 2
+        resources:
+          requests:
+            cpu: 5m
+            memory: 8Mi
+          limits:
+            memory: 32Mi
+        securityContext:
+          readOnlyRootFilesystem: true
+          allowPrivilegeEscalation: false
+          capabilities:
+            drop: ["ALL"]
+`
+
+// TestNodeStatefulSetHaltsAfterOnePod ensures a bad change to the data of a StatefulSet
+// of 3 (a quorum; MAX_UNAVAILABLE's 25 % is one pod) restarts one pod, whose replacement
+// of the same name never becomes Ready, then halts (RolloutHalted, "1 of 3 pods") with the
+// 2 others Ready on the old data, never 2 down; and that the fix completes the round, the
+// Ready pods never below 2 throughout.
+func TestNodeStatefulSetHaltsAfterOnePod(t *testing.T) {
+	requireNode(t)
+	setControllerEnv(t, "PROGRESS_DEADLINE", wavesDeadline)
+	kubectlStdin(t, statefulSet, "apply", "-n", nodeNS, "-f", "-")
+	t.Cleanup(func() { kubectlStdin(t, statefulSet, "delete", "-n", nodeNS, "--wait=false", "-f", "-") })
+	const sel = "app=db"
+	old := waitReadyPods(t, sel, 3)
+	eventually(t, nodeTimeout, "db-config adopted", func() (bool, string) {
+		v := getConfigMap(t, nodeNS, "db-config").Metadata.Annotations[restartedAnnotation]
+		return v != "", v
+	})
+	sampler := sampleReadyOf(t, sel, old)
+
+	mergePatch(t, nodeNS, "db-config", `{"data":{"message":""}}`) // the server exits
+	eventually(t, nodeTimeout, "a RolloutHalted Event on ConfigMap db-config", func() (bool, string) {
+		return slicesContainReason(objectEvents(t, "ConfigMap", nodeNS, "db-config"), "RolloutHalted"), sampler.stateNow()
+	})
+	for _, e := range objectEvents(t, "ConfigMap", nodeNS, "db-config") {
+		if e.Reason == "RolloutHalted" {
+			assert.Contains(t, e.Message, "1 of 3 pods", "the Event says how far the round got")
+		}
+	}
+	deleted := 0
+	for _, n := range oldDeletes(t, old) {
+		deleted += n
+	}
+	assert.Equal(t, 1, deleted, "old pods deleted before the halt")
+	sampler.checkFloor(t, "the bad change", 3, 2)
+
+	mergePatch(t, nodeNS, "db-config", `{"data":{"message":"db 2"}}`)
+	eventually(t, nodeTimeout, "3 Ready db pods, none old", func() (bool, string) { return sampler.settled(3) })
+	sampler.checkFloor(t, "the bad change and its fix", 3, 2)
+	for name, body := range serve(t, nodePods(t, sel)) {
+		assert.Equal(t, "db 2", body, "pod %s after the fix", name)
+	}
 }

@@ -152,6 +152,11 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 		{"leases", "create"}: regexp.MustCompile(`msg="cannot (acquire|renew) lease".*cannot create resource \\"leases\\"`),
 		{"events", "create"}: regexp.MustCompile(`RBAC: recording events needs verb create on events`),
 		{"leases", "update"}: regexp.MustCompile(`msg="cannot (acquire|renew) lease".*cannot update resource \\"leases\\"`),
+		// The owners' scale: each needs pods of its kind made Ready, which
+		// TestBudgetReadsTheOwnersScale does, with and without the rule.
+		{"replicasets/scale", "get"}:            nil,
+		{"statefulsets/scale", "get"}:           nil,
+		{"replicationcontrollers/scale", "get"}: nil,
 	}
 	var extraEnv []string
 	for _, g := range granted {
@@ -165,6 +170,9 @@ func TestSecurityRoleIsMinimal(t *testing.T) {
 	require.LessOrEqual(t, len(granted), len(want))
 
 	for _, missing := range granted {
+		if want[missing] == nil {
+			continue
+		}
 		t.Run("without "+missing.verb+" "+missing.resource, func(t *testing.T) {
 			ns := newNamespace(t)
 			user := "system:serviceaccount:" + ns + ":config-watcher"

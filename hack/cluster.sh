@@ -219,6 +219,13 @@ rules:
   - group: "events.k8s.io"
     resources: ["events"]
 - level: Metadata
+  verbs: ["get"]
+  resources:
+  - group: "apps"
+    resources: ["replicasets/scale", "statefulsets/scale"]
+  - group: ""
+    resources: ["replicationcontrollers/scale"]
+- level: Metadata
   userGroups: ["system:serviceaccounts"]
   omitStages: ["RequestReceived", "ResponseStarted"]
 - level: None
@@ -257,7 +264,7 @@ EOF
 	cw_log "starting kube-controller-manager v$CW_KUBE_VERSION"
 	start kube-controller-manager "$CW_BIN_DIR/kube-controller-manager" \
 		--kubeconfig="$STATE/kcm.kubeconfig" --leader-elect=false --secure-port=0 \
-		--controllers=deployment,replicaset,serviceaccount,serviceaccount-token,garbagecollector,namespace,disruption${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS} \
+		--controllers=deployment,replicaset,statefulset,replicationcontroller,serviceaccount,serviceaccount-token,garbagecollector,namespace,disruption${CW_KCM_EXTRA_CONTROLLERS:+,$CW_KCM_EXTRA_CONTROLLERS} \
 		--service-account-private-key-file="$STATE/sa.key" \
 		--root-ca-file="$STATE/certs/apiserver.crt" \
 		--use-service-account-credentials=false

@@ -28,7 +28,10 @@ var allowedRules = []string{
 	" pods list",
 	" pods watch", // the pod index (POD_INDEX=true, the default)
 	" pods delete",
-	" events create",                 // Kubernetes Events (EVENTS=true, the default)
+	" events create",             // Kubernetes Events (EVENTS=true, the default)
+	"apps replicasets/scale get", // the restart budget: owners' desired replicas
+	"apps statefulsets/scale get",
+	" replicationcontrollers/scale get",
 	"coordination.k8s.io leases get", // leader election (LEADER_ELECT=true)
 	"coordination.k8s.io leases create",
 	"coordination.k8s.io leases update",
@@ -1095,6 +1098,7 @@ func TestClusterWideOverlay(t *testing.T) {
 			others = append(others, r)
 		}
 	}
+	others = append(others, "* */scale get") // the scale of custom owner kinds, cluster-wide only
 	slices.Sort(leases)
 	slices.Sort(others)
 	assert.Equal(t, leases, rules("Role"), "the Role keeps the Lease rule only")

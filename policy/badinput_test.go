@@ -22,6 +22,7 @@ import (
 	"github.com/k8spatterns/config-watcher/internal/testlog"
 
 	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -89,13 +90,17 @@ func TestBadInputSelectors(t *testing.T) {
 		})
 	}
 
-	accepted := []struct{ name, selector, wantQuery string }{
-		{"Plain", "app=webapp", "app=webapp"},
-		{"Spaces", "  app = webapp  ", "app=webapp"},
-		{"DoubleEquals", "app==webapp", "app=webapp"},
-		{"In", "app in (webapp)", "app in (webapp)"},
-		{"PositiveAndNegative", "app=webapp,!legacy", "app=webapp,!legacy"},
-		{"PrefixedKeyNoMatch", "example.com/app=webapp", "example.com/app=webapp"},
+	web := []string{"webapp-1", "webapp-2", "webapp-3"}
+	accepted := []struct {
+		name, selector, wantQuery string
+		wantDeleted               []string
+	}{
+		{"Plain", "app=webapp", "app=webapp", web},
+		{"Spaces", "  app = webapp  ", "app=webapp", web},
+		{"DoubleEquals", "app==webapp", "app=webapp", web},
+		{"In", "app in (webapp)", "app in (webapp)", web},
+		{"PositiveAndNegative", "app=webapp,!legacy", "app=webapp,!legacy", web},
+		{"PrefixedKeyNoMatch", "example.com/app=webapp", "example.com/app=webapp", nil},
 	}
 	for _, tt := range accepted {
 		t.Run("Accepted/"+tt.name, func(t *testing.T) {
@@ -105,10 +110,11 @@ func TestBadInputSelectors(t *testing.T) {
 			handle(t, c, watch.Modified, cmSpec{selector: ptr(tt.selector), recorded: hashOf(t, v1), data: v2})
 			settle(t, c)
 			assert.Zero(t, m.InvalidSelectors.Value())
-			lists := api.seen(http.MethodGet, "pods")
-			require.NotEmpty(t, lists)
-			assert.Equal(t, []string{tt.wantQuery}, lists[0].query["labelSelector"])
+			assert.ElementsMatch(t, tt.wantDeleted, api.deletedPods(), "the pods it selects, matched as the API server does")
 			assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+			sel, err := selector.Parse(tt.selector)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantQuery, sel.String(), "the form a selected list sends")
 		})
 	}
 }

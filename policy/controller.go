@@ -37,6 +37,9 @@ type Config struct {
 	Strategy      string                 // StrategyDelete (the default) or StrategyEvict
 	// MaxUnavailable is the budget of a round's waves (waves.go; 25%).
 	MaxUnavailable Budget
+	// MinReadySeconds: a pod counts as available once Ready for this long
+	// (budget.go; 0).
+	MinReadySeconds time.Duration
 	// ProgressDeadline: a round that could restart nothing for this long
 	// halts, and a finished round's replacements not Ready by then are
 	// reported (10 min).
@@ -96,10 +99,11 @@ type Controller struct {
 	annotated  map[string]int // existing entries per namespace (Config.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	all        [2]*scope              // by kind: the handler for a watch of every namespace
-	namespaced [2]map[string]*scope   // by kind: the handlers of watches of one namespace
-	gates      map[string]*sync.Mutex // per namespace: one wave at a time (waves.go)
-	halted     map[string]*round      // halted rounds, by key
+	all        [2]*scope                   // by kind: the handler for a watch of every namespace
+	namespaced [2]map[string]*scope        // by kind: the handlers of watches of one namespace
+	budgets    map[string]*namespaceBudget // per namespace: what its rounds share (budget.go)
+	owners     *owners                     // the desired replicas of pods' owners (owners.go)
+	halted     map[string]*round           // halted rounds, by key
 
 	// unsynced counts the scopes whose first list has not ended; synced is
 	// closed when none is left. Workers wait for it (at most syncWait):
@@ -133,7 +137,8 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	c := &Controller{
 		sweepWait:  defaultSweepWait,
 		wavePoll:   wavePoll,
-		gates:      map[string]*sync.Mutex{},
+		budgets:    map[string]*namespaceBudget{},
+		owners:     newOwners(api),
 		halted:     map[string]*round{},
 		cfg:        cfg,
 		api:        api,
@@ -166,8 +171,11 @@ type Metrics struct {
 	// not Ready ProgressDeadline after the last restart.
 	ReplacementsNotReady *metrics.Counter
 	InvalidSelectors     *metrics.Counter
-	SkippedObjects       *metrics.Counter
-	QueueDepth           *metrics.Gauge
+	// OwnerReadsFailed counts rounds that could not read an owner's
+	// desired replicas, and estimated them.
+	OwnerReadsFailed *metrics.CounterVec
+	SkippedObjects   *metrics.Counter
+	QueueDepth       *metrics.Gauge
 }
 
 // NewMetrics registers the controller's metrics in r.
@@ -183,6 +191,8 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
 		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource (a Secret's state is written on configmaps).", "resource",
 			"configmaps", "pods", "pods/eviction"),
+		OwnerReadsFailed: r.NewCounterVec("config_watcher_owner_reads_failed_total", "Rounds that could not read the desired replicas of a pod's owner (its scale subresource) and counted the most of its pods seen instead, by cause (each also an ExpectedPodsEstimated Event).", "result",
+			"no_scale", "forbidden", "error"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),

@@ -74,7 +74,7 @@ func TestDataChangeDeletesEachPodOnce(t *testing.T) {
 		n := r.path[strings.LastIndexByte(r.path, '/')+len("/webapp-"):]
 		assert.JSONEq(t, `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"uid-`+n+`","resourceVersion":"1`+n+`"}}`, r.body)
 	}
-	assert.Len(t, api.seen(http.MethodGet, "pods"), 2, "three pods at two per page")
+	assert.Len(t, api.seen(http.MethodGet, "pods"), 3, "the namespace's five pods at two per page")
 	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
 	assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
 	assert.Equal(t, uint64(3), m.PodDeletions.Value("deleted"))

@@ -9,7 +9,8 @@
 // handlers keep one entry per annotated object, the view of it and of its
 // R and I, tombstones, and the state of Secrets; they never call the API,
 // and queue the keys that may need action. Acting (workers.go, queue.go,
-// round.go, waves.go, restart.go, sweep.go, pods.go, errors.go): workers
+// round.go, waves.go, budget.go, owners.go, restart.go, sweep.go, pods.go,
+// errors.go): workers
 // take keys, read the entry under the lock, and write to the API; what a
 // write changes goes back into the entry through the one rule of
 // entry.wrote and entry.apply. secret.go holds both sides for Secrets.
@@ -56,7 +57,10 @@
 //	                            nothing yet
 //	a standby                   queue.go: queues nothing; Lead queues what needs
 //	                            action
-//	a round waiting for Ready   wave (waves.go): the budget rule on a fresh LIST
-//	                            each wave; halted after ProgressDeadline, it keeps
-//	                            I and goes on; a new change supersedes it
+//	a round waiting for Ready   wave (waves.go) and choose: the budget
+//	                            (budget.go) counted on a fresh LIST of the
+//	                            namespace each wave, restarts in flight counted;
+//	                            halted after ProgressDeadline, it keeps I and
+//	                            goes on, frozen while its replacements are not
+//	                            available; a new change supersedes it
 package policy

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +31,19 @@ type fakePod struct {
 	terminating bool
 	version     uint64 // resourceVersion; the fake's revision counter when 0
 	ready       bool   // its Ready condition is True
-	owner       string // the ReplicaSet that controls it ("": none)
+	owner       string // the ReplicaSet (or ownerKind) that controls it ("": none)
+	ownerKind   string // "": ReplicaSet
 	waiting     string // container app's waiting reason, when not ready
+	phase       string // "": Running
+	// readySince is when its Ready condition last changed (zero: the
+	// object shows no time).
+	readySince time.Time
+}
+
+// fakeOwner is a pod's controller, as its scale subresource shows it.
+type fakeOwner struct {
+	kind, uid string
+	replicas  int
 }
 
 // request is what the fake server saw.
@@ -69,16 +81,30 @@ type fakeAPI struct {
 	// revision numbers writes, as etcd does; pods created by addPod and
 	// deletions take the next one.
 	revision uint64
+	// owners are the pods' controllers, by name; each wants as many
+	// replicas as it had live pods at the start.
+	owners map[string]*fakeOwner
 }
 
 func newFakeAPI(t *testing.T, pods ...*fakePod) *fakeAPI {
-	f := &fakeAPI{t: t, pods: map[string]*fakePod{}, pageSize: 2, revision: 10}
+	f := &fakeAPI{t: t, pods: map[string]*fakePod{}, pageSize: 2, revision: 10, owners: map[string]*fakeOwner{}}
 	for _, p := range pods {
 		if p.version == 0 {
 			f.revision++
 			p.version = f.revision
 		}
 		f.pods[p.name] = p
+		if p.owner == "" {
+			continue
+		}
+		o := f.owners[p.owner]
+		if o == nil {
+			o = &fakeOwner{kind: cmp.Or(p.ownerKind, "ReplicaSet"), uid: "uid-" + p.owner}
+			f.owners[p.owner] = o
+		}
+		if !p.terminating && p.phase != "Failed" && p.phase != "Succeeded" {
+			o.replicas++
+		}
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
@@ -129,6 +155,13 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // api v1 namespaces NS resource [name]
+	if parts[0] == "apis" && len(parts) > 2 {
+		parts = parts[1:] // apis GROUP v1 …: the same shape from v1 on
+	}
+	if len(parts) == 7 && parts[6] == "scale" && r.Method == http.MethodGet {
+		f.serveScale(w, parts[4], parts[5])
+		return
+	}
 	if len(parts) < 5 {
 		http.NotFound(w, r)
 		return
@@ -164,6 +197,19 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeStatus(w, 405, "MethodNotAllowed", r.Method+" "+r.URL.Path)
 	}
+}
+
+// serveScale answers the scale subresource of an owner of pods, as
+// kube-apiserver does: an autoscaling/v1 Scale carrying the owner's uid.
+func (f *fakeAPI) serveScale(w http.ResponseWriter, resource, name string) {
+	o := f.owners[name]
+	if o == nil || resource != strings.ToLower(o.kind)+"s" {
+		writeStatus(w, 404, "NotFound", resource+" "+name+" not found")
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]any{"kind": "Scale", "apiVersion": "autoscaling/v1",
+		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": o.uid},
+		"spec":     map[string]any{"replicas": o.replicas}, "status": map[string]any{"replicas": o.replicas}})
 }
 
 func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
@@ -208,7 +254,7 @@ func (p *fakePod) object() map[string]any {
 		meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
 	}
 	if p.owner != "" {
-		meta["ownerReferences"] = []map[string]any{{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": p.owner, "uid": "rs-uid", "controller": true}}
+		meta["ownerReferences"] = []map[string]any{{"apiVersion": "apps/v1", "kind": cmp.Or(p.ownerKind, "ReplicaSet"), "name": p.owner, "uid": "uid-" + p.owner, "controller": true}}
 	}
 	ready, app := "False", map[string]any{"name": "app", "ready": p.ready, "state": map[string]any{"running": map[string]any{}}}
 	if p.ready {
@@ -216,9 +262,17 @@ func (p *fakePod) object() map[string]any {
 	} else if p.waiting != "" {
 		app["state"] = map[string]any{"waiting": map[string]any{"reason": p.waiting}}
 	}
+	condition := map[string]any{"type": "Ready", "status": ready}
+	if !p.readySince.IsZero() {
+		condition["lastTransitionTime"] = p.readySince.UTC().Format(time.RFC3339)
+	}
+	status := map[string]any{"phase": cmp.Or(p.phase, "Running"), "conditions": []map[string]any{condition}, "containerStatuses": []map[string]any{app}}
+	if p.phase == "Failed" {
+		status["reason"] = "Evicted"
+	}
 	return map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": meta,
 		"spec":   map[string]any{"containers": []map[string]any{{"name": "app", "image": "webapp:1"}}},
-		"status": map[string]any{"phase": "Running", "conditions": []map[string]any{{"type": "Ready", "status": ready}}, "containerStatuses": []map[string]any{app}}}
+		"status": status}
 }
 
 func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {

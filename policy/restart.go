@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -72,11 +73,13 @@ const maxConflicts = 5
 // failed precondition re-reads the pod: retried with its new
 // resourceVersion only if it is still selected, the same pod and not
 // terminating (the same uid: created before the round, it may run old
-// data); otherwise left. In a round in waves, a pod that is Ready when
-// re-read waits for the next wave, which counts it again. An eviction a
-// disruption budget refuses stays pending for the next wave: the round
-// halts if that lasts ProgressDeadline (waves.go).
-func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, log *slog.Logger) (podState, error) {
+// data); otherwise left. In a round in waves, a pod that may serve again
+// when re-read waits for the next wave, which counts it again. An eviction
+// a disruption budget refuses stays pending for the next wave: the round
+// halts if that lasts ProgressDeadline (waves.go). Unless an answer may
+// mean the pod is being deleted (accepted, or lost on the way back), its
+// restart is taken out of flight (budget.go).
+func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, log *slog.Logger) (state podState, err error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
 	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
@@ -84,6 +87,12 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		verb, past, resource, permission = "evict", "evicted", "pods/eviction", "create on pods/eviction"
 	}
 	log = log.With("pod", pod.name)
+	maybeDeleted := false
+	defer func() {
+		if !maybeDeleted {
+			c.budgetOf(obj.namespace).release(pod.uid)
+		}
+	}()
 	for conflicts := 0; ; {
 		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
@@ -91,6 +100,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
 		switch classify(err) {
 		case answerOK:
+			maybeDeleted = !c.cfg.DryRun
 			if c.cfg.DryRun {
 				count("dry_run")
 				log.Info("would "+verb+" pod (dry run)", "outcome", "dry_run")
@@ -133,6 +143,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			count("error")
 			return podPending, c.refused(obj, verb, resource, "verb "+permission, err)
 		default:
+			maybeDeleted = true // the request may have been carried out
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
 			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
@@ -172,8 +183,8 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil
-	case r.indexed == nil && now.ready && now.owned:
-		log.Info("pod changed and is Ready; the next wave counts it again", "outcome", "conflict")
+	case r.indexed == nil && needsBudget(&now, c.cfg.MinReadySeconds, time.Now()):
+		log.Info("pod changed and may serve again; the next wave counts it again", "outcome", "conflict")
 		return podPending, false, nil
 	}
 	pod.rv, pod.version = now.rv, now.version

@@ -48,13 +48,14 @@ type round struct {
 	indexed *indexed   // set when the round began from the pod index
 
 	// A round in waves (waves.go), one that did not begin from the index,
-	// takes its pods from its first wave's list; these are set then.
+	// takes its pods from its first wave's list; listed is set then, under
+	// the namespace budget's lock, which also guards mostSeen, estimate and
+	// allowed (other rounds' waves count this one's budget too).
 	listed   bool
 	only     map[string]bool // a resumed round's intent: the pods it names (nil: all)
-	total    int             // N: the selected, controller-owned, non-terminating pods
-	budget   int             // MaxUnavailable of N
-	owned    []bool          // owned[i]: a controller owns pods[i]
-	ready    []bool          // ready[i]: pods[i] was Ready and owned in the latest wave's list
+	mostSeen map[string]int  // by owner uid: the most of its live pods seen (budget.go)
+	estimate *estimate       // the first owner whose desired replicas could not be read
+	allowed  int             // how many more pods may go unavailable, as last counted
 	progress time.Time       // its latest restart, or its first wave
 	halted   bool            // no restart possible for ProgressDeadline
 	// blocked names a pod whose eviction a disruption budget refused.

@@ -5,32 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // A round that does not begin from the pod index restarts its pods in
-// waves, so that a change is never an outage. Before each wave it lists the
-// pods it selects, whole (readiness is in their status), and restarts what
-// MaxUnavailable allows: a pod that is not Ready always (it serves nothing,
-// and restarting it is how a fix reaches crash-looping pods), those first;
-// a Ready one only while the selected, non-terminating, Ready pods stay at
-// or above N - MaxUnavailable afterwards, replacements counted. Then it
-// gives its worker back and looks again after wavePoll. The waves of one
-// namespace pass one gate, under which a Ready pod is restarted only if the
-// rule of every round selecting it holds on live counts: ConfigMaps whose
-// selectors overlap never together take more than either one's budget. A
-// round that could restart nothing for ProgressDeadline halts: it says so
-// (RolloutHalted), keeps its intent, and goes on looking. docs/operations.md
-// tells it for users.
+// waves, so that a change is never an outage. Each wave lists the
+// namespace's pods, whole (readiness and owners are in them), and restarts
+// what the budget allows (budget.go): a pod that serves nothing and will not
+// by itself (broken, or not Ready for brokenAfter) at once, those first, for
+// restarting it is how a fix reaches crash-looping pods; a Ready one while
+// every round that selects it keeps its budget. Then it gives its worker
+// back and looks again after wavePoll. A round that could restart nothing
+// for ProgressDeadline halts: it says so (RolloutHalted), keeps its intent,
+// and goes on looking; while its own replacements are not available, a
+// halted round is frozen: it restarts nothing, Ready or not, until they are
+// or a new change comes. docs/operations.md tells it for users.
 
-// Budget is MAX_UNAVAILABLE: a number of pods, or a percentage of N, the
-// controller-owned, non-terminating pods a round selects when it begins.
+// Budget is MAX_UNAVAILABLE: a number of pods, or a percentage of the pods
+// a round's owners expect.
 type Budget struct {
 	Pods    int // used when Percent is 0
 	Percent int
@@ -65,6 +65,9 @@ func (b Budget) of(n int) int {
 	return max(b.Pods, 1)
 }
 
+// all: every pod at once (100%), as the book's pattern restarts them.
+func (b Budget) all() bool { return b.Percent == 100 }
+
 // wavePoll is how long a waiting round gives its worker back before it
 // lists its pods again; a halted one waits haltedPolls times as long: it
 // may wait for hours, and each look is a LIST.
@@ -77,54 +80,41 @@ const (
 // replacements; it is queued again after wavePoll, holding no worker.
 var errWaiting = errors.New("waiting for replacements to become Ready")
 
-// gate returns the gate of a namespace's waves.
-func (c *Controller) gate(namespace string) *sync.Mutex {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g := c.gates[namespace]
-	if g == nil {
-		g = &sync.Mutex{}
-		c.gates[namespace] = g
-	}
-	return g
-}
-
-// wave takes round r one wave further: it lists the selected pods, takes
+// wave takes round r one wave further: it lists the namespace's pods, takes
 // the round's pods from that list if it has none yet, restarts what the
-// budget allows (writing the intent before the first restart), and returns
-// errWaiting while pods are left.
+// budget allows (the intent written first, beside the reads of the owners'
+// desired replicas), and returns errWaiting while pods are left.
 func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	gate := c.gate(obj.namespace)
-	gate.Lock()
-	defer gate.Unlock()
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
-	live, err := c.listWhole(ctx, obj.namespace, r.sel)
+	view, err := c.listNamespace(ctx, obj.namespace)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
-	if !r.listed {
-		c.take(obj, r, live, log)
-	}
-	pending, err := c.refresh(ctx, obj.namespace, r, live, log)
-	if err != nil {
-		return err
-	}
+	b := c.budgetOf(obj.namespace)
+	c.take(b, obj, r, view, log)
+	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
 		return nil
 	}
-	chosen, err := c.choose(ctx, obj.namespace, r, live, pending)
-	if err != nil {
-		return err
-	}
-	if len(chosen) > 0 && c.needsIntent(r) {
+	others := c.otherRounds(obj.namespace, r)
+	var wg sync.WaitGroup
+	var intentErr error
+	if c.needsIntent(r) {
 		// I before the first restart: a round cut short leaves it behind.
-		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
-			return err
-		}
+		wg.Go(func() { intentErr = c.writeIntent(ctx, key, obj, r, r.pods, log) })
 	}
+	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
+		c.owners.refresh(ctx, obj.namespace, c.ownersToRead(r, others, view, pending))
+	}
+	wg.Wait()
+	if intentErr != nil {
+		return intentErr
+	}
+	chosen := c.choose(b, r, others, view, pending, time.Now())
+	c.sayEstimate(b, obj, r, log)
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, obj, r, chosen, log)
-	c.judgeProgress(key, obj, r, live, done, r.count(podRestarted) > restarted, log)
+	c.judgeProgress(key, obj, r, view, done, r.count(podRestarted) > restarted, log)
 	if err != nil {
 		return err
 	}
@@ -134,54 +124,41 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	return nil
 }
 
-// take makes the first wave's list the round's: its pods (for a resumed
-// round, those its intent names), N and the budget.
-func (c *Controller) take(obj object, r *round, live []listedPod, log *slog.Logger) {
-	for _, p := range live {
+// take makes the first wave's list the round's, once: its pods are the
+// selected, live pods that are not terminating (for a resumed round, those
+// its intent names). Pods created after it run the new data.
+func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, log *slog.Logger) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.listed {
+		return
+	}
+	for _, p := range view {
 		switch {
-		case p.terminating:
-			continue
-		case p.owned:
-			r.total++
-		}
-		if r.only == nil || r.only[p.uid] {
+		case p.terminating || !p.live() || !r.sel.Matches(p.labels):
+		case p.name == c.cfg.OwnPod:
+			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
+		case r.only == nil || r.only[p.uid]:
 			r.pods = append(r.pods, p.podRef)
-			r.owned = append(r.owned, p.owned)
 		}
 	}
-	r.state, r.ready = make([]podState, len(r.pods)), make([]bool, len(r.pods))
-	r.budget = c.cfg.MaxUnavailable.of(r.total)
-	r.listed, r.progress = true, time.Now()
+	r.state = make([]podState, len(r.pods))
+	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
 	if r.resumed {
-		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "selected", r.total, "max_unavailable", r.budget)
+		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String())
 	} else {
-		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", r.budget)
+		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String())
 	}
 }
 
-// floor is how many selected pods must stay Ready: N - MaxUnavailable,
-// where N leaves out the round's pods that left it by other hands (scaled
-// down, relabelled, deleted or replaced by someone else): no replacement
-// of ours is coming for them, and counting them would halt the round.
-func (r *round) floor() int {
-	gone := 0
-	for i, st := range r.state {
-		if r.owned[i] && (st == podGone || st == podLeft || st == podRefused) {
-			gone++
-		}
-	}
-	return r.total - gone - r.budget
-}
-
-// refresh returns the round's pending pods as live shows them, their
-// preconditions taken from it. One live shows terminating is done with: its
-// replacement runs the new data. One live does not show is re-read and
-// judged as a refused restart is (judgeAgain): gone, replaced, or no
-// longer selected (left).
-func (c *Controller) refresh(ctx context.Context, namespace string, r *round, live []listedPod, log *slog.Logger) (pending []int, err error) {
-	byUID := make(map[string]*listedPod, len(live))
-	for i := range live {
-		byUID[live[i].uid] = &live[i]
+// refresh returns the round's pending pods as the view shows them, their
+// preconditions taken from it. A pod the view does not show is gone; one
+// terminating, or finished, is done with (its replacement runs the new
+// data); one the selector no longer picks has left.
+func (c *Controller) refresh(r *round, view []livePod, log *slog.Logger) (pending []int) {
+	byUID := make(map[string]*livePod, len(view))
+	for i := range view {
+		byUID[view[i].uid] = &view[i]
 	}
 	for i := range r.pods {
 		if r.state[i] != podPending {
@@ -190,118 +167,181 @@ func (c *Controller) refresh(ctx context.Context, namespace string, r *round, li
 		p := byUID[r.pods[i].uid]
 		switch {
 		case p == nil:
-			st, again, err := c.judgeAgain(ctx, namespace, r, &r.pods[i], log.With("pod", r.pods[i].name))
-			if err != nil {
-				return nil, err
-			}
-			if !again { // else selected again since the list: the next wave sees it
-				r.state[i] = st
-			}
-			continue
-		case p.terminating:
-			log.Info("pod terminating since the round began", "pod", p.name)
+			log.Info("pod gone since the round began", "pod", r.pods[i].name)
 			r.state[i] = podGone
-			continue
+		case p.terminating || !p.live():
+			log.Info("pod terminating or finished since the round began", "pod", p.name)
+			r.state[i] = podGone
+		case !r.sel.Matches(p.labels):
+			c.countRestart("left")
+			log.Info("pod no longer selected since the round began; leaving it", "pod", p.name, "outcome", "left")
+			r.state[i] = podLeft
+		default:
+			r.pods[i].rv, r.pods[i].version = p.rv, p.version
+			pending = append(pending, i)
 		}
-		r.pods[i].rv, r.pods[i].version = p.rv, p.version
-		r.ready[i] = p.ready && p.owned
-		pending = append(pending, i)
 	}
-	return pending, nil
+	return pending
 }
 
-// floorCount is one round's rule in a wave: ready counts its selected,
-// non-terminating, controller-owned Ready pods, which must stay >= floor.
-type floorCount struct {
-	sel          *selector.Selector
-	ready, floor int
-}
-
-func countReady(sel *selector.Selector, floor int, live []listedPod) *floorCount {
-	f := &floorCount{sel: sel, floor: floor}
-	for _, p := range live {
-		if !p.terminating && p.owned && p.ready {
-			f.ready++
-		}
-	}
-	return f
-}
-
-// choose returns the pending pods this wave restarts: every one that is not
-// Ready (or that nothing replaces), then Ready ones while every round that
-// selects the pod keeps its floor. In a dry run nothing changes between
-// waves, so it takes them all.
-func (c *Controller) choose(ctx context.Context, namespace string, r *round, live []listedPod, pending []int) ([]int, error) {
-	if c.cfg.DryRun {
-		return pending, nil
-	}
-	labels := make(map[string]map[string]string, len(live))
-	for _, p := range live {
-		labels[p.uid] = p.labels
-	}
-	rules := []*floorCount{countReady(r.sel, r.floor(), live)}
-	for _, o := range c.otherRounds(namespace, r) {
-		overlaps := false
-		for _, i := range pending {
-			overlaps = overlaps || (r.ready[i] && o.sel.Matches(labels[r.pods[i].uid]))
-		}
-		if !overlaps {
-			continue
-		}
-		theirs, err := c.listWhole(ctx, namespace, o.sel)
-		if err != nil {
-			return nil, fmt.Errorf("list the pods of an overlapping round: %w", err)
-		}
-		rules = append(rules, countReady(o.sel, o.floor(), theirs))
-	}
-	var chosen, ready []int
-	for _, i := range pending {
-		if r.ready[i] {
-			ready = append(ready, i)
-		} else {
-			chosen = append(chosen, i)
-		}
-	}
-	for _, i := range ready {
-		podLabels := labels[r.pods[i].uid]
-		var apply []*floorCount
-		ok := true
-		for _, f := range rules {
-			if f.sel.Matches(podLabels) {
-				apply = append(apply, f)
-				ok = ok && f.ready-1 >= f.floor
-			}
-		}
-		if !ok {
-			continue
-		}
-		for _, f := range apply {
-			f.ready--
-		}
-		chosen = append(chosen, i)
-	}
-	return chosen, nil
-}
-
-// otherRounds returns the rounds of the namespace's other ConfigMaps that
-// have taken their pods. What their floor reads changes only in their
-// waves, under the namespace's gate, which the caller holds.
+// otherRounds returns the rounds in progress of the namespace's other
+// objects; which of them have taken their pods is read under the budget's
+// lock.
 func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*round
 	for _, e := range c.entries {
-		if o := e.round; o != nil && o != r && e.obj.namespace == namespace && o.listed {
+		if o := e.round; o != nil && o != r && e.obj.namespace == namespace && o.indexed == nil {
 			out = append(out, o)
 		}
 	}
 	return out
 }
 
+// needsBudget: restarting p takes from the budget of the rounds that
+// select it; a bare pod, or one that serves nothing and will not, does not.
+func needsBudget(p *livePod, minReady time.Duration, now time.Time) bool {
+	return p.owned() && (p.available(minReady, now) || p.unserving(now) == "")
+}
+
+// ownersToRead returns the owners whose desired replicas this wave needs:
+// none unless a pending pod needs the budget; then those of every pod that
+// r, or another round selecting such a pod, selects.
+func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pending []int) []ownerRef {
+	now := time.Now()
+	byUID := make(map[string]*livePod, len(view))
+	for i := range view {
+		byUID[view[i].uid] = &view[i]
+	}
+	var rounds []*round
+	for _, i := range pending {
+		p := byUID[r.pods[i].uid]
+		if !needsBudget(p, c.cfg.MinReadySeconds, now) {
+			continue
+		}
+		if len(rounds) == 0 {
+			rounds = append(rounds, r)
+		}
+		for _, o := range others {
+			if o.sel.Matches(p.labels) && !slices.Contains(rounds, o) {
+				rounds = append(rounds, o)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	var list []ownerRef
+	for _, p := range view {
+		if !p.owned() || seen[p.owner.uid] || !slices.ContainsFunc(rounds, func(o *round) bool { return o.sel.Matches(p.labels) }) {
+			continue
+		}
+		seen[p.owner.uid] = true
+		list = append(list, p.owner)
+	}
+	return list
+}
+
+// choose returns the pending pods this wave restarts, and counts them in
+// flight: a halted round whose replacements are not available (frozen)
+// none; else every bare pod and every one that serves nothing (first),
+// then those that need the budget while every round that selects them
+// allows one more unavailable pod. In a dry run, where nothing changes
+// between waves, and at 100 %, it takes them all.
+func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time) []int {
+	if c.cfg.DryRun || c.cfg.MaxUnavailable.all() {
+		return pending
+	}
+	byUID := make(map[string]*livePod, len(view))
+	for i := range view {
+		byUID[view[i].uid] = &view[i]
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.prune(now)
+	if r.halted && len(c.unavailableReplacements(r, view, now)) > 0 {
+		return nil // frozen
+	}
+	tallies := map[*round]*tally{r: c.count(b, r, view, now)}
+	r.allowed = tallies[r].allowed
+	var chosen, budgeted []int
+	for _, i := range pending {
+		if needsBudget(byUID[r.pods[i].uid], c.cfg.MinReadySeconds, now) {
+			budgeted = append(budgeted, i)
+		} else {
+			chosen = append(chosen, i)
+		}
+	}
+	for _, i := range budgeted {
+		p := byUID[r.pods[i].uid]
+		rules := []*tally{tallies[r]}
+		for _, o := range others {
+			if !o.listed || !o.sel.Matches(p.labels) {
+				continue
+			}
+			if tallies[o] == nil {
+				tallies[o] = c.count(b, o, view, now)
+			}
+			rules = append(rules, tallies[o])
+		}
+		if slices.ContainsFunc(rules, func(t *tally) bool { return t.allowed < 1 }) {
+			continue
+		}
+		for _, t := range rules {
+			t.allowed--
+		}
+		chosen = append(chosen, i)
+	}
+	for _, i := range chosen {
+		b.inFlight[r.pods[i].uid] = now
+	}
+	return chosen
+}
+
+// unavailableReplacements returns the pods r selects that are not its own
+// (created since it began: replacements) and not available.
+func (c *Controller) unavailableReplacements(r *round, view []livePod, now time.Time) []livePod {
+	ours := make(map[string]bool, len(r.pods))
+	for _, p := range r.pods {
+		ours[p.uid] = true
+	}
+	var out []livePod
+	for _, p := range view {
+		if p.owned() && p.live() && !p.terminating && !ours[p.uid] && r.sel.Matches(p.labels) && !p.available(c.cfg.MinReadySeconds, now) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sayEstimate says once per round that the desired replicas of an owner
+// could not be read, and what the round counts instead.
+func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *slog.Logger) {
+	b.mu.Lock()
+	est := r.estimate
+	if est == nil || est.said {
+		b.mu.Unlock()
+		return
+	}
+	est.said = true
+	b.mu.Unlock()
+	typ, result := events.Warning, "error"
+	switch {
+	case errors.Is(est.err, errNoScale):
+		typ, result = events.Normal, "no_scale"
+	case apiclient.IsForbidden(est.err):
+		result = "forbidden"
+	}
+	c.metrics.OwnerReadsFailed.Inc(result)
+	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began (%d) instead.",
+		est.owner.kind, est.owner.name, est.err, est.pods)
+	log.Warn("counting expected pods without their owner's scale", "owner", est.owner.kind+"/"+est.owner.name, "pods", est.pods, "err", est.err)
+	c.event(obj, typ, "ExpectedPodsEstimated", truncate(msg, 1024))
+}
+
 // judgeProgress halts round r once no restart has been possible for
 // ProgressDeadline, and resumes it at its next restart; done pods were done
 // with before this wave. Halted, it keeps its intent and goes on looking.
-func (c *Controller) judgeProgress(key string, obj object, r *round, live []listedPod, done int, moved bool, log *slog.Logger) {
+func (c *Controller) judgeProgress(key string, obj object, r *round, view []livePod, done int, moved bool, log *slog.Logger) {
 	now := time.Now()
 	if moved {
 		r.progress = now
@@ -316,37 +356,22 @@ func (c *Controller) judgeProgress(key string, obj object, r *round, live []list
 		return
 	}
 	c.setHalted(key, r, true)
-	why := c.stalled(r, live)
+	why := c.stalled(r, view, now)
 	log.Error("round halted: no restart possible", obj.dataAttr(), "why", why, "progress_deadline", c.cfg.ProgressDeadline)
 	c.event(obj, events.Warning, "RolloutHalted", fmt.Sprintf("Halted after %d of %d pods: %s. The round keeps its intent and goes on by itself when pods become Ready; a new data change restarts the pods that are not Ready first.",
 		len(r.pods)-r.count(podPending), len(r.pods), why))
 }
 
 // stalled says why round r could restart nothing for ProgressDeadline.
-func (c *Controller) stalled(r *round, live []listedPod) string {
+func (c *Controller) stalled(r *round, view []livePod, now time.Time) string {
 	deadline := c.cfg.ProgressDeadline
 	if pod := r.blocked.Load(); pod != nil {
 		return fmt.Sprintf("the eviction of pod %s refused by a disruption budget for %s", *pod, deadline)
 	}
-	ours := make(map[string]bool, len(r.pods))
-	for _, p := range r.pods {
-		ours[p.uid] = true
-	}
-	var notReady []listedPod
-	ready := 0
-	for _, p := range live {
-		switch {
-		case p.terminating || !p.owned:
-		case p.ready:
-			ready++
-		case !ours[p.uid]:
-			notReady = append(notReady, p)
-		}
-	}
-	if len(notReady) > 0 {
+	if notReady := c.unavailableReplacements(r, view, now); len(notReady) > 0 {
 		return fmt.Sprintf("%d replacement(s) not Ready for %s: %s (pod %s)", len(notReady), deadline, notReady[0].why, notReady[0].name)
 	}
-	return fmt.Sprintf("%d selected pod(s) Ready for %s, and %d must stay Ready (MAX_UNAVAILABLE %s of %d)", ready, deadline, r.floor(), c.cfg.MaxUnavailable, r.total)
+	return fmt.Sprintf("no pod could go unavailable for %s within MAX_UNAVAILABLE %s of the pods the owners expect, counting pods down for any reason and other rounds over the same pods", deadline, c.cfg.MaxUnavailable)
 }
 
 // setHalted marks round r (of key) halted or not, and keeps the gauge.
@@ -405,9 +430,9 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}
-	var notReady []listedPod
+	var notReady []livePod
 	for _, p := range live {
-		if !p.terminating && p.owned && !p.ready && !s.before[p.uid] {
+		if !p.terminating && p.owned() && p.live() && !p.ready && !s.before[p.uid] {
 			notReady = append(notReady, p)
 		}
 	}

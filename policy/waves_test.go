@@ -435,7 +435,10 @@ func TestWholePodsFromARecordedList(t *testing.T) {
 		assert.NotEmpty(t, p.uid)
 		assert.NotZero(t, p.version, "resourceVersion %q", p.rv)
 		assert.Equal(t, "webapp", p.labels["app"])
-		assert.True(t, p.owned, "a ReplicaSet controls it")
+		assert.True(t, p.owned(), "a ReplicaSet controls it")
+		assert.Equal(t, "ReplicaSet", p.owner.kind)
+		assert.Equal(t, "apps/v1", p.owner.apiVersion)
+		assert.NotEmpty(t, p.owner.uid)
 		assert.False(t, p.ready)
 		assert.False(t, p.terminating)
 		assert.Equal(t, "phase Pending", p.why)
@@ -464,7 +467,7 @@ func TestPodListCutShortListsAgain(t *testing.T) {
 
 // listAnswered lists the pods app=webapp selects from a server that answers
 // body; check, if set, sees the request.
-func listAnswered(t *testing.T, body []byte, check func(r *http.Request)) ([]listedPod, error) {
+func listAnswered(t *testing.T, body []byte, check func(r *http.Request)) ([]livePod, error) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if check != nil {
 			check(r)

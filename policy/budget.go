@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"sync"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/selector"
+)
+
+// The budget of a round in waves is counted as Kubernetes' disruption
+// controller counts a PodDisruptionBudget's, over the pods the round's
+// selector picks, on one view of the namespace taken now:
+//
+//   - expected: for each controller owner of a selected pod, its desired
+//     replicas (owners.go), or its running pods if more, less its live pods
+//     the selector does not pick; where they cannot be read, the most live
+//     pods of that owner seen since the round began, terminating ones
+//     included;
+//   - available: selected, live, owned, not terminating, Ready for at least
+//     MinReadySeconds, and not a restart in flight;
+//   - a Ready pod is restarted only while, after it, available stays at
+//     least expected - MaxUnavailable of expected, for every round that
+//     selects it.
+//
+// A restart is in flight from the moment it is chosen until 2 minutes have
+// passed (the disruption controller's deletion timeout), whatever its
+// request answered, unless the answer proves that nothing was deleted; a
+// pod deleted since is no longer in any view, and one terminating is not
+// available, so the entry only matters while a view still shows the pod
+// running. Choosing and counting are one step under the namespace's lock,
+// which no request is sent under. Nothing else decides availability: a lost
+// DELETE answer, a pod that left, another round's restarts, a scale-up or a
+// scale-down all show in the counts.
+
+// inFlightFor is how long a chosen restart counts as unavailable at most.
+const inFlightFor = 2 * time.Minute
+
+// estimate is the first owner a round could not read the desired replicas
+// of: it says so once (waves.go).
+type estimate struct {
+	owner ownerRef
+	pods  int
+	err   error
+	said  bool
+}
+
+// namespaceBudget is what the rounds of one namespace share.
+type namespaceBudget struct {
+	mu       sync.Mutex
+	inFlight map[string]time.Time // pod uid → when its restart was chosen
+}
+
+// budgetOf returns the shared budget state of namespace.
+func (c *Controller) budgetOf(namespace string) *namespaceBudget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.budgets[namespace]
+	if b == nil {
+		b = &namespaceBudget{inFlight: map[string]time.Time{}}
+		c.budgets[namespace] = b
+	}
+	return b
+}
+
+// release takes a restart out of flight: its answer proved nothing was
+// deleted (a failed precondition, a refusal, a disruption budget's 429).
+func (b *namespaceBudget) release(uid string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.inFlight, uid)
+}
+
+// prune forgets restarts chosen more than inFlightFor ago. b.mu must be
+// held.
+func (b *namespaceBudget) prune(now time.Time) {
+	for uid, at := range b.inFlight {
+		if now.Sub(at) >= inFlightFor {
+			delete(b.inFlight, uid)
+		}
+	}
+}
+
+// tally is one round's budget on a view: how many of its selected pods may
+// still go unavailable.
+type tally struct {
+	sel     *selector.Selector
+	allowed int
+}
+
+// count makes round r's tally on view. expected comes from the owners'
+// desired replicas, or r's estimate of them (r.mostSeen, updated here).
+// b.mu must be held.
+func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now time.Time) *tally {
+	type ownerCount struct {
+		ref ownerRef
+		// Live pods: selected (terminating ones too), not selected and
+		// not terminating, not terminating, and all of them.
+		selected, unselected, running, counted int
+	}
+	byOwner := map[string]*ownerCount{}
+	available := 0
+	for i := range view {
+		p := &view[i]
+		if !p.owned() || !p.live() {
+			continue
+		}
+		o := byOwner[p.owner.uid]
+		if o == nil {
+			o = &ownerCount{ref: p.owner}
+			byOwner[p.owner.uid] = o
+		}
+		o.counted++
+		selected := r.sel.Matches(p.labels)
+		switch {
+		case selected:
+			o.selected++
+		case !p.terminating:
+			o.unselected++
+		}
+		if !p.terminating {
+			o.running++
+		}
+		if _, chosen := b.inFlight[p.uid]; selected && !chosen && p.available(c.cfg.MinReadySeconds, now) {
+			available++
+		}
+	}
+	expected := 0
+	for uid, o := range byOwner {
+		r.mostSeen[uid] = max(r.mostSeen[uid], o.counted)
+		if o.selected == 0 {
+			continue // an owner none of whose pods the round selects
+		}
+		desired, err := c.owners.desired(uid)
+		if err != nil {
+			desired = r.mostSeen[uid]
+			if r.estimate == nil {
+				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
+			}
+		}
+		// Never fewer than it runs: a read a second old must not widen
+		// the budget behind a scale-up.
+		desired = max(desired, o.running)
+		expected += max(desired-o.unselected, 0)
+	}
+	return &tally{sel: r.sel, allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+}

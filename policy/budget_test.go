@@ -1,0 +1,331 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// readyOnceListed plays the kubelet for replacements: a pod that is not
+// Ready becomes Ready (now) once a pod list has shown it not Ready, so
+// that every wave but the first sees some not Ready.
+func (f *fakeAPI) readyOnceListed() {
+	shown := map[string]bool{}
+	f.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") {
+			f.mu.Lock()
+			for _, p := range f.pods {
+				if !p.ready && p.waiting == "" && shown[p.uid] {
+					f.revision++
+					p.ready, p.version, p.readySince = true, f.revision, time.Now()
+				}
+				shown[p.uid] = true
+			}
+			f.mu.Unlock()
+		}
+		return 0, "", false
+	}
+}
+
+// replaceNotReady has the fake's owners replace each deleted pod they own
+// with a new one that is not Ready yet, but not broken either: starting.
+func (f *fakeAPI) replaceNotReady() {
+	f.afterDelete = func(p fakePod) {
+		if p.owner == "" {
+			return
+		}
+		r := f.addPodLocked(p.name+"-r", p.labels)
+		n := f.pods[r.name]
+		n.owner, n.ownerKind, n.readySince = p.owner, p.ownerKind, time.Now()
+	}
+}
+
+// downAtDeletion records, at each of our deletions, the most selected pods
+// not available (not Ready, or terminating) and the fewest Ready.
+func downAtDeletion(api *fakeAPI, matches func(map[string]string) bool) (most, fewestReady *int) {
+	most, fewestReady = new(int), new(int)
+	*fewestReady = 1 << 30
+	inner := api.afterDelete
+	api.afterDelete = func(p fakePod) {
+		if inner != nil {
+			inner(p)
+		}
+		down, ready := 0, 0
+		for _, q := range api.pods {
+			if q.owner == "" || !matches(q.labels) || q.phase != "" {
+				continue
+			}
+			if q.ready && !q.terminating {
+				ready++
+			} else {
+				down++
+			}
+		}
+		*most, *fewestReady = max(*most, down), min(*fewestReady, ready)
+	}
+	return most, fewestReady
+}
+
+// TestExpectedPodsEstimatedWhenTheScaleCannotBeRead ensures a round whose
+// owners' scale cannot be read (no RBAC) counts the most of their pods seen
+// instead, says so once (a Warning Event, the metric), keeps the budget
+// and completes.
+func TestExpectedPodsEstimatedWhenTheScaleCannotBeRead(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	listed := api.fault
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") {
+			return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"replicasets.apps \"web-rs\" is forbidden: cannot get resource \"replicasets/scale\""}`, true
+		}
+		return listed(r)
+	}
+	most, _ := downAtDeletion(api, webapp)
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Len(t, api.deletedPods(), 4)
+	api.mu.Lock()
+	assert.Equal(t, 1, *most, "pods down at once with a budget of 1 of 4")
+	api.mu.Unlock()
+	n := 0
+	for _, e := range rec.all() {
+		if e.reason == "ExpectedPodsEstimated" {
+			n++
+			assert.Equal(t, "Warning", e.typ)
+			assert.Contains(t, e.message, "ReplicaSet web-rs")
+			assert.Contains(t, e.message, "needs verb get on replicasets/scale")
+			assert.Contains(t, e.message, "(4) instead")
+		}
+	}
+	assert.Equal(t, 1, n, "one Event per round")
+	assert.Equal(t, uint64(1), m.OwnerReadsFailed.Value("forbidden"))
+}
+
+// TestMinReadySeconds ensures a replacement counts as available only once
+// Ready for MIN_READY_SECONDS: until then the next Ready pod waits.
+func TestMinReadySeconds(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		minReady time.Duration
+		want     int // pods deleted
+	}{
+		{"ReadyIsAvailable", 0, 4},
+		{"ReadyIsNotAvailableYet", time.Hour, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, podsOf("RRRR")...)
+			api.replaceNotReady()
+			api.readyOnceListed()
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, MinReadySeconds: tt.minReady})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			if tt.want == 4 {
+				require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+			} else {
+				require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 5 }, waitFor, time.Millisecond)
+			}
+			assert.Len(t, api.deletedPods(), tt.want)
+		})
+	}
+}
+
+// TestPartialSelectionCountsTheOwnersOtherPodsOut ensures an owner whose
+// pods the selector picks only in part counts its desired replicas less
+// its pods the selector does not pick: 4 of a ReplicaSet's 8 selected, 25 %
+// is 1 of 4 (not 2 of 8, which would halt the round at once).
+func TestPartialSelectionCountsTheOwnersOtherPodsOut(t *testing.T) {
+	pods := podsOf("RRRRRRRR")
+	for _, p := range pods[4:] {
+		p.labels = map[string]string{"app": "other"}
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	most, _ := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-3", "web-4"}, api.deletedPods())
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 1, *most)
+}
+
+// TestFinishedPodsAreNeitherRestartedNorCounted ensures a Failed (evicted)
+// and a Succeeded pod of the owner are not restarted and not counted: the
+// round restarts the 4 running pods and completes.
+func TestFinishedPodsAreNeitherRestartedNorCounted(t *testing.T) {
+	pods := podsOf("RRRRNN")
+	pods[4].name, pods[4].phase = "web-evicted", "Failed"
+	pods[5].name, pods[5].phase = "web-completed", "Succeeded"
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-3", "web-4"}, api.deletedPods())
+}
+
+// TestStatefulSetSlowTerminationNeverTwoDown ensures a StatefulSet of 3
+// whose restarted pod terminates for a while (its replacement, of the same
+// name, comes only once it is gone) never has 2 pods down with a budget of
+// 1, and each pod is restarted once.
+func TestStatefulSetSlowTerminationNeverTwoDown(t *testing.T) {
+	pods := podsOf("RRR")
+	for _, p := range pods {
+		p.ownerKind = "StatefulSet"
+	}
+	api := newFakeAPI(t, pods...)
+	api.graceful = true
+	// The StatefulSet controller and the kubelet: a pod seen terminating
+	// by one list is gone at the next, replaced under its name; the
+	// replacement is Ready after one more.
+	terminating := map[string]bool{}
+	notReady := map[string]bool{}
+	api.fault = func(r request) (int, string, bool) {
+		if r.method != http.MethodGet || !strings.HasSuffix(r.path, "/pods") || r.query["continue"] != nil {
+			return 0, "", false
+		}
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		for name, p := range api.pods {
+			switch {
+			case p.terminating && terminating[p.uid]:
+				labels := p.labels
+				delete(api.pods, name)
+				n := api.addPodLocked(name, labels)
+				api.pods[name].owner, api.pods[name].ownerKind = p.owner, p.ownerKind
+				notReady[n.uid] = true
+			case p.terminating:
+				terminating[p.uid] = true
+			case !p.ready && notReady[p.uid]:
+				api.revision++
+				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+			}
+		}
+		return 0, "", false
+	}
+	most, fewest := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods(), "each pod once, one at a time")
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 1, *most, "StatefulSet pods down at once")
+	assert.Equal(t, 2, *fewest)
+}
+
+// TestScaleUpAndDownDuringARound ensures the budget follows the owner's
+// desired replicas as they change during a round: pods added by a scale-up
+// are not restarted (they run the new data) and keep the budget; pods
+// removed by a scale-down are not waited for.
+func TestScaleUpAndDownDuringARound(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		replicas    int
+		wantDeleted []string
+	}{
+		{"Up", 6, []string{"web-1", "web-2", "web-3", "web-4"}},
+		{"Down", 2, []string{"web-1", "web-2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, podsOf("RRRR")...)
+			api.replaceNotReady()
+			api.readyOnceListed()
+			replace := api.afterDelete
+			api.afterDelete = func(p fakePod) {
+				replace(p)
+				if len(api.removed) != 1 {
+					return
+				}
+				// The owner scaled after the round's first restart.
+				api.owners["web-rs"].replicas = tt.replicas
+				for i := 5; i <= tt.replicas; i++ {
+					n := api.addPodLocked(fmt.Sprintf("web-%d", i), map[string]string{"app": "webapp"})
+					api.pods[n.name].owner, api.pods[n.name].ready = "web-rs", true
+				}
+				if tt.replicas < 4 {
+					delete(api.pods, "web-3")
+					delete(api.pods, "web-4")
+				}
+			}
+			most, _ := downAtDeletion(api, webapp)
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Minute})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+			assert.ElementsMatch(t, tt.wantDeleted, api.deletedPods())
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			assert.Equal(t, 1, *most)
+		})
+	}
+}
+
+// TestReadinessBlipRestartsNothing ensures that when every selected pod is
+// not Ready for a moment (a shared dependency's hiccup), no pod is
+// restarted, outside the budget or in it; once they are Ready again, the
+// round goes on and completes.
+func TestReadinessBlipRestartsNothing(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceNotReady()
+	api.mu.Lock()
+	for _, p := range api.pods {
+		api.revision++
+		p.ready, p.version, p.readySince = false, api.revision, time.Now()
+	}
+	api.mu.Unlock()
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 5 }, waitFor, time.Millisecond)
+	assert.Empty(t, api.deletedPods(), "pods not Ready for a moment")
+
+	api.readyOnceListed()
+	api.makeReady()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Len(t, api.deletedPods(), 4)
+}
+
+// TestTwoRoundsOverTheSamePodsKeepTheBudget ensures two ConfigMaps that
+// select the same 8 pods and change together never have more than
+// MAX_UNAVAILABLE (2) of them down between them, and restart each pod that
+// ran before the changes once.
+func TestTwoRoundsOverTheSamePodsKeepTheBudget(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRRRRRR")...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	most, fewest := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	deleted := map[string]int{}
+	for _, name := range api.deletedPods() {
+		deleted[name]++
+	}
+	for i := 1; i <= 8; i++ {
+		assert.Equal(t, 1, deleted[fmt.Sprintf("web-%d", i)], "deletions of web-%d", i)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.LessOrEqual(t, *most, 2, "pods down at once")
+	assert.GreaterOrEqual(t, *fewest, 6)
+}

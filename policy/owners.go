@@ -1,0 +1,257 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+)
+
+// The budget counts the pods a round's owners want (expected), as
+// Kubernetes' disruption controller does: each owner's desired replicas,
+// read from its scale subresource. What cannot be read is estimated, never
+// waited for (budget.go).
+
+// scaleRead is an owner's desired replicas as last read; done is closed
+// once they are.
+type scaleRead struct {
+	done     chan struct{}
+	replicas int
+	at       time.Time
+	err      error // why it could not be read; replicas is then unknown
+}
+
+// scaleReadEvery bounds how often one owner's scale is read.
+const scaleReadEvery = time.Second
+
+// errNoScale: the owner's kind has no scale subresource (a DaemonSet, a Job).
+var errNoScale = errors.New("its kind has no scale subresource")
+
+// knownScales are the scale subresources of the owners of most pods,
+// by apiVersion and kind: no discovery is needed for them.
+var knownScales = map[[2]string]string{
+	{"apps/v1", "ReplicaSet"}:       "replicasets",
+	{"apps/v1", "StatefulSet"}:      "statefulsets",
+	{"v1", "ReplicationController"}: "replicationcontrollers",
+	{"apps/v1", "DaemonSet"}:        "",
+	{"batch/v1", "Job"}:             "",
+}
+
+// discovered is what a group-version's discovery document says: the
+// resource with a scale subresource of each kind that has one.
+type discovered struct {
+	scalable map[string]string // kind → resource
+	at       time.Time
+	err      error
+}
+
+// rediscoverAfter: a group-version that did not know a kind, or could not
+// be read, is read again after this (a CRD installed since).
+const rediscoverAfter = time.Minute
+
+// owners reads the desired replicas of pods' owners for the rounds of every
+// namespace, and caches them (per owner uid) and the discovery documents.
+type owners struct {
+	api API
+
+	mu        sync.Mutex
+	scales    map[string]*scaleRead  // owner uid → its last read
+	discovery map[string]*discovered // apiVersion → its document
+}
+
+func newOwners(api API) *owners {
+	return &owners{api: api, scales: map[string]*scaleRead{}, discovery: map[string]*discovered{}}
+}
+
+// refresh reads, side by side, the scale of each owner in list not read in
+// the last scaleReadEvery, and waits for those being read.
+func (o *owners) refresh(ctx context.Context, namespace string, list []ownerRef) {
+	now := time.Now()
+	var reads []*scaleRead
+	o.mu.Lock()
+	for _, owner := range list {
+		s := o.scales[owner.uid]
+		if s == nil || (isDone(s.done) && now.Sub(s.at) >= scaleReadEvery) {
+			s = &scaleRead{done: make(chan struct{})}
+			o.scales[owner.uid] = s
+			go func() {
+				defer close(s.done)
+				replicas, err := o.read(ctx, namespace, owner)
+				o.mu.Lock()
+				s.replicas, s.err, s.at = replicas, err, time.Now()
+				o.mu.Unlock()
+			}()
+		}
+		reads = append(reads, s)
+	}
+	o.mu.Unlock()
+	for _, s := range reads {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func isDone(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// desired returns an owner's desired replicas as last read; err says why
+// they are unknown.
+func (o *owners) desired(uid string) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.scales[uid]
+	switch {
+	case s == nil || !isDone(s.done):
+		return 0, errors.New("not read yet")
+	case s.err != nil:
+		return 0, s.err
+	}
+	return s.replicas, nil
+}
+
+// forget drops what is known of the owners of a namespace's pods that no
+// round needs any more; it keeps the cache bounded by the owners of the
+// rounds in progress.
+func (o *owners) forget(keep func(uid string) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for uid := range o.scales {
+		if !keep(uid) {
+			delete(o.scales, uid)
+		}
+	}
+}
+
+// read reads owner's desired replicas (spec.replicas of its Scale).
+func (o *owners) read(ctx context.Context, namespace string, owner ownerRef) (int, error) {
+	resource, err := o.scaleResource(ctx, owner)
+	if err != nil {
+		return 0, err
+	}
+	path := apiclient.ObjectPath(owner.apiVersion, namespace, resource, owner.name) + "/scale"
+	body, err := o.api.GetBody(ctx, path, nil, "application/json")
+	if err != nil {
+		return 0, scaleError(owner, resource, err)
+	}
+	defer body.Close()
+	raw, err := readAll(body, maxScaleBytes)
+	if err != nil {
+		return 0, fmt.Errorf("read the scale of %s %s: %w", owner.kind, owner.name, err)
+	}
+	scale := gjson.ParseBytes(raw)
+	replicas := scale.Get("spec.replicas")
+	switch {
+	case scale.Get("metadata.uid").String() != owner.uid:
+		// Another object under the owner's name: the pods' owner is gone.
+		return 0, fmt.Errorf("%s %s is another object now (uid %q, the pods name %q)", owner.kind, owner.name, truncate(scale.Get("metadata.uid").String(), 64), owner.uid)
+	case replicas.Type != gjson.Number || replicas.Int() < 0:
+		return 0, fmt.Errorf("the scale of %s %s has no spec.replicas", owner.kind, owner.name)
+	}
+	return int(replicas.Int()), nil
+}
+
+// maxScaleBytes bounds a Scale's answer: a few hundred bytes.
+const maxScaleBytes = 64 << 10
+
+// readAll reads r whole, up to limit bytes.
+func readAll(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("answer longer than %d bytes", limit)
+	}
+	return b, err
+}
+
+// scaleError says what a failed scale read means and, for a 403, the rule
+// that grants it.
+func scaleError(owner ownerRef, resource string, err error) error {
+	switch {
+	case apiclient.IsForbidden(err):
+		group, _, _ := strings.Cut(owner.apiVersion, "/")
+		if !strings.Contains(owner.apiVersion, "/") {
+			group = ""
+		}
+		return fmt.Errorf("RBAC: may not read the scale of %s %s (needs verb get on %s/scale in API group %q): %w", owner.kind, owner.name, resource, group, err)
+	case apiclient.IsNotFound(err):
+		return fmt.Errorf("%s %s is gone: %w", owner.kind, owner.name, err)
+	}
+	return fmt.Errorf("read the scale of %s %s: %w", owner.kind, owner.name, err)
+}
+
+// scaleResource returns the resource whose scale subresource owner's kind
+// has: known for the usual owners, else from the discovery document of its
+// group-version (readable by every authenticated user).
+func (o *owners) scaleResource(ctx context.Context, owner ownerRef) (string, error) {
+	if resource, ok := knownScales[[2]string{owner.apiVersion, owner.kind}]; ok {
+		if resource == "" {
+			return "", errNoScale
+		}
+		return resource, nil
+	}
+	o.mu.Lock()
+	d := o.discovery[owner.apiVersion]
+	o.mu.Unlock()
+	if d == nil || ((d.err != nil || d.scalable[owner.kind] == "") && time.Since(d.at) > rediscoverAfter) {
+		d = o.discover(ctx, owner.apiVersion)
+		o.mu.Lock()
+		o.discovery[owner.apiVersion] = d
+		o.mu.Unlock()
+	}
+	switch {
+	case d.err != nil:
+		return "", d.err
+	case d.scalable[owner.kind] == "":
+		return "", errNoScale
+	}
+	return d.scalable[owner.kind], nil
+}
+
+// discover reads the discovery document of apiVersion.
+func (o *owners) discover(ctx context.Context, apiVersion string) *discovered {
+	d := &discovered{scalable: map[string]string{}, at: time.Now()}
+	body, err := o.api.GetBody(ctx, apiclient.DiscoveryPath(apiVersion), nil, "application/json")
+	if err != nil {
+		d.err = fmt.Errorf("read the API discovery of %s: %w", apiVersion, err)
+		return d
+	}
+	defer body.Close()
+	raw, err := readAll(body, maxDiscoveryBytes)
+	if err != nil {
+		d.err = fmt.Errorf("read the API discovery of %s: %w", apiVersion, err)
+		return d
+	}
+	resources := gjson.GetBytes(raw, "resources")
+	subresources := map[string]bool{}
+	resources.ForEach(func(_, r gjson.Result) bool {
+		subresources[r.Get("name").String()] = true
+		return true
+	})
+	resources.ForEach(func(_, r gjson.Result) bool {
+		name := r.Get("name").String()
+		if !strings.Contains(name, "/") && subresources[name+"/scale"] {
+			d.scalable[strings.Clone(r.Get("kind").String())] = strings.Clone(name)
+		}
+		return true
+	})
+	return d
+}
+
+// maxDiscoveryBytes bounds a discovery document: the largest built-in one
+// is a few tens of KiB.
+const maxDiscoveryBytes = 4 << 20
