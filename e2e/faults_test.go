@@ -264,3 +264,60 @@ func TestFaultSIGKILLMidRound(t *testing.T) {
 		len(replacements), len(before))
 	assert.Empty(t, replacements, "replacements running the new data were restarted again")
 }
+
+// TestFaultThrottledEvictionsAreRetriedNotBlocked ensures evictions the API
+// server throttles (429 with Retry-After and no DisruptionBudget cause, as
+// priority and fairness answers) are not taken for a disruption budget's
+// refusal: none is counted blocked, each is retried after the server's hint,
+// and every pod is evicted once.
+func TestFaultThrottledEvictionsAreRetriedNotBlocked(t *testing.T) {
+	requireCluster(t)
+	ns := newNamespace(t)
+	original := webappWith(t, ns, 2)
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url, extraEnv: []string{"RESTART_STRATEGY=evict", "MAX_UNAVAILABLE=100%"}})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, ns, "webapp-config", "")
+	fp.SetRules(t, `[{"name":"throttle","method":"POST","path":"/eviction","status":429,"retryAfter":1,"times":2}]`)
+
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, throttled"}}`)
+	waitRestartedFor(t, ns, "webapp-config", adopted)
+	assert.Equal(t, 2, fp.Fired(t)["throttle"])
+	assert.Zero(t, c.Metric(t, "config_watcher_pod_evictions_total", "result", "blocked"), "throttling counted as a disruption budget")
+	assert.Equal(t, float64(2), c.Metric(t, "config_watcher_pod_evictions_total", "result", "evicted"))
+	assert.Contains(t, c.Log(t), "priority and fairness")
+	evictions := auditEvents(t, func(e auditEvent) bool {
+		return e.ObjectRef != nil && e.ObjectRef.Namespace == ns && e.ObjectRef.Subresource == "eviction" && e.OK()
+	})
+	n := map[string]int{}
+	for _, e := range evictions {
+		n[e.ObjectRef.Name]++
+	}
+	for _, p := range original {
+		assert.Equal(t, 1, n[p.name], "evictions of %s", p.name)
+	}
+}
+
+// TestFaultConflictOnTheIntentIsRetried ensures a 409 on the intent's PATCH
+// that no replacement of the ConfigMap explains (here the fault proxy's; an
+// admission webhook may answer so) is retried, visibly (a RestartFailed
+// Warning Event that says so), and the round completes, each pod deleted
+// once; it is not taken for the object replaced.
+func TestFaultConflictOnTheIntentIsRetried(t *testing.T) {
+	requireCluster(t)
+	ns := newNamespace(t)
+	original := webappWith(t, ns, 2)
+	fp := startFaultProxy(t, env.proxyURL)
+	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, ns, "webapp-config", "")
+	fp.SetRules(t, `[{"name":"conflict","method":"PATCH","path":"/configmaps/webapp-config","status":409,"times":1}]`)
+
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, conflict"}}`)
+	waitDeleted(t, ns, adminUser, original)
+	waitRestartedFor(t, ns, "webapp-config", adopted)
+	assert.Equal(t, 1, fp.Fired(t)["conflict"])
+	failed := waitConfigMapEvent(t, ns, "webapp-config", "Warning", "RestartFailed")
+	assert.Contains(t, failed.Message, "no event shows it replaced or deleted")
+	assertDeletedOnce(t, ns, adminUser, original)
+}

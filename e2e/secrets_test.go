@@ -698,3 +698,33 @@ func (o *rewritingOwner) stop(t *testing.T) int {
 	require.Empty(t, o.errs, "the owner's rewrites failed")
 	return o.n
 }
+
+// TestSecretRecreatedWhileDownIsAdopted pins what the model cannot see
+// (docs/design.md): a Secret deleted and created again, with other data,
+// while no replica runs loses its state ConfigMap with it (the garbage
+// collector deletes it with its owner), so the new Secret is adopted as a
+// ConfigMap re-created while the controller was down is: recorded, no pod
+// restarted, and the log says "adopted".
+func TestSecretRecreatedWhileDownIsAdopted(t *testing.T) {
+	s := newSecretsSetup(t, true)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
+	first, adopted := s.startAdopting(t, "webapp-secret")
+	first.SettleSecrets(t, s.ns)
+	first.Stop(t)
+
+	kubectl(t, "delete", "secret", "webapp-secret", "-n", s.ns)
+	eventually(t, waitTimeout, "the garbage collector deleting the state ConfigMap with its Secret", func() (bool, string) {
+		out, err := runKubectl("", "get", "configmap", stateNameOf("webapp-secret"), "-n", s.ns, "--ignore-not-found", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", out
+	})
+	s.createSecret(t, "webapp-secret", "Opaque", map[string]string{"password": "second, made while nobody watched"})
+
+	second := s.start(t)
+	second.WaitReady(t)
+	recorded := waitSecretRecord(t, s.ns, "webapp-secret", "")
+	second.SettleSecrets(t, s.ns)
+	assert.NotEqual(t, adopted, recorded, "the new data is recorded")
+	assert.Empty(t, podDeletes(t, s.ns, s.user), "a Secret re-created while the controller was down is adopted")
+	assert.ElementsMatch(t, original, livePods(t, s.ns, "app=webapp"))
+	assert.Contains(t, second.Log(t), `msg=adopted`)
+}

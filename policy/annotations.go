@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 )
@@ -15,6 +16,34 @@ const RestartedForAnnotation = "config-watcher.k8spatterns.io/restarted-for"
 // RestartingAnnotation is I in the state model: "sha256:…/uid,uid,…", the
 // digest a round restarts for and the pods it began with.
 const RestartingAnnotation = "config-watcher.k8spatterns.io/restarting"
+
+// HaltedAnnotation marks the round of the intent beside it halted:
+// "<the intent's digest>@<RFC 3339 time it halted>". Written when the round
+// halts, removed with the record that ends the round and by every new
+// intent, it tells a controller that resumes the intent (after a restart or
+// a failover) that the round halted, so it is halted at once. It counts only
+// beside an intent for the same digest: a controller that knows nothing of
+// it leaves it in place, and one that does ignores it there.
+const HaltedAnnotation = "config-watcher.k8spatterns.io/halted"
+
+// halt is HaltedAnnotation as read; zero is none.
+type halt struct {
+	hash digest
+	at   time.Time
+}
+
+func (h halt) text() string { return h.hash.text() + "@" + h.at.UTC().Format(time.RFC3339) }
+
+// parseHalt reads the annotation; what cannot be read is no halt.
+func parseHalt(v string) halt {
+	text, at, _ := strings.Cut(v, "@")
+	hash, ok := parseDigest(text)
+	t, err := time.Parse(time.RFC3339, at)
+	if !ok || err != nil {
+		return halt{}
+	}
+	return halt{hash: hash, at: t}
+}
 
 // maxIntentPods bounds the intent's size (annotations may total 256 KiB).
 // A larger round writes "*": every selected pod.

@@ -47,7 +47,16 @@ type estimate struct {
 // namespaceBudget is what the rounds of one namespace share.
 type namespaceBudget struct {
 	mu       sync.Mutex
-	inFlight map[string]time.Time // pod uid → when its restart was chosen
+	inFlight map[string]restartChosen // by pod uid
+}
+
+// restartChosen is a restart in flight: when, and for which object's
+// rounds (by key), it was chosen. No round of another object chooses the
+// pod while it is in flight; a later round of the same object may (the
+// earlier one's request may have failed).
+type restartChosen struct {
+	at time.Time
+	by string
 }
 
 // budgetOf returns the shared budget state of namespace.
@@ -56,7 +65,7 @@ func (c *Controller) budgetOf(namespace string) *namespaceBudget {
 	defer c.mu.Unlock()
 	b := c.budgets[namespace]
 	if b == nil {
-		b = &namespaceBudget{inFlight: map[string]time.Time{}}
+		b = &namespaceBudget{inFlight: map[string]restartChosen{}}
 		c.budgets[namespace] = b
 	}
 	return b
@@ -73,8 +82,8 @@ func (b *namespaceBudget) release(uid string) {
 // prune forgets restarts chosen more than inFlightFor ago. b.mu must be
 // held.
 func (b *namespaceBudget) prune(now time.Time) {
-	for uid, at := range b.inFlight {
-		if now.Sub(at) >= inFlightFor {
+	for uid, chosen := range b.inFlight {
+		if now.Sub(chosen.at) >= inFlightFor {
 			delete(b.inFlight, uid)
 		}
 	}

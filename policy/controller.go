@@ -87,6 +87,9 @@ type Controller struct {
 	// shorter in tests, whose index has no watch to wait for).
 	sweepWait time.Duration
 	wavePoll  time.Duration // the wait between waves (shorter in tests)
+	// replacedWait bounds the wait for the event that explains a 404 or
+	// 409 on a write of the state (defaultReplacedWait).
+	replacedWait time.Duration
 
 	keyID string // of cfg.DigestKey
 
@@ -104,6 +107,10 @@ type Controller struct {
 	budgets    map[string]*namespaceBudget // per namespace: what its rounds share (budget.go)
 	owners     *owners                     // the desired replicas of pods' owners (owners.go)
 	halted     map[string]*round           // halted rounds, by key
+
+	// changed, made when someone waits (waitFor), is closed at the next
+	// event.
+	changed chan struct{}
 
 	// unsynced counts the scopes whose first list has not ended; synced is
 	// closed when none is left. Workers wait for it (at most syncWait):
@@ -135,26 +142,63 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.ProgressDeadline = 10 * time.Minute
 	}
 	c := &Controller{
-		sweepWait:  defaultSweepWait,
-		wavePoll:   wavePoll,
-		budgets:    map[string]*namespaceBudget{},
-		owners:     newOwners(api),
-		halted:     map[string]*round{},
-		cfg:        cfg,
-		api:        api,
-		log:        log,
-		metrics:    m,
-		queue:      newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
-		entries:    map[string]*entry{},
-		states:     map[string]*stateSeen{},
-		namespaced: [2]map[string]*scope{{}, {}},
-		keyID:      keyID(cfg.DigestKey),
-		annotated:  map[string]int{},
-		retries:    map[string]backoff.BackOff{},
-		synced:     make(chan struct{}),
+		sweepWait:    defaultSweepWait,
+		wavePoll:     wavePoll,
+		replacedWait: defaultReplacedWait,
+		budgets:      map[string]*namespaceBudget{},
+		owners:       newOwners(api),
+		halted:       map[string]*round{},
+		cfg:          cfg,
+		api:          api,
+		log:          log,
+		metrics:      m,
+		queue:        newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
+		entries:      map[string]*entry{},
+		states:       map[string]*stateSeen{},
+		namespaced:   [2]map[string]*scope{{}, {}},
+		keyID:        keyID(cfg.DigestKey),
+		annotated:    map[string]int{},
+		retries:      map[string]backoff.BackOff{},
+		synced:       make(chan struct{}),
 	}
 	c.all = [2]*scope{{c: c, kind: kindConfigMap}, {c: c, kind: kindSecret}}
 	return c
+}
+
+// notify wakes whoever waits for an event.
+func (c *Controller) notify() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
+}
+
+// waitFor evaluates cond under c.mu, again after each event, until it
+// holds (true), wait has passed or ctx is done (false).
+func (c *Controller) waitFor(ctx context.Context, wait time.Duration, cond func() bool) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		ok := cond()
+		if !ok && c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // recordsOnServer: R and I are written as annotations (else kept in memory).

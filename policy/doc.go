@@ -1,7 +1,10 @@
 // Package policy decides and carries out pod restarts for ConfigMap and
 // Secret data changes: it observes them (its scopes are watch.Handlers), and
 // restarts the pods one selects when they may not run its current data, so
-// that their controllers recreate them. docs/design.md explains it at length.
+// that their controllers recreate them. docs/design.md explains it at
+// length; its state model (the table of states and steps, and how each
+// interrupted state resolves) is the one copy, which decide (state.go)
+// follows row by row.
 //
 // # Two halves
 //
@@ -10,57 +13,58 @@
 // R and I, tombstones, and the state of Secrets; they never call the API,
 // and queue the keys that may need action. Acting (workers.go, queue.go,
 // round.go, waves.go, budget.go, owners.go, restart.go, sweep.go, pods.go,
-// errors.go): workers
-// take keys, read the entry under the lock, and write to the API; what a
-// write changes goes back into the entry through the one rule of
-// entry.wrote and entry.apply. secret.go holds both sides for Secrets.
+// errors.go): workers take keys, read the entry under the lock, and write
+// to the API. secret.go holds both sides for Secrets.
 //
-// # State model
+// # Who owns what
 //
-// Per annotated ConfigMap or Secret, three values decide everything: D, the
-// digest of the data now; R (RestartedForAnnotation), the data every
-// selected pod runs unless a round is in progress; I (RestartingAnnotation),
-// a round for I.hash that began over the pods it names (pods created after
-// it began run I.hash). A ConfigMap carries R and I itself; a Secret's live
-// in its state ConfigMap (secret.go), never on the Secret. With
-// RECORD_HASH=false or in a dry run, R and I live in memory only. decide
-// (state.go) maps them to one step:
+// One owner per piece of state, as in client-go's workqueue: observers
+// record what they saw and queue a key; they never change what a worker
+// holds.
 //
-//	state                                    step
-//	a Secret's state ConfigMap not listed    nothing yet: its absence may only be late
-//	a round for D runs here                  continue it (retries restart only what is left; I again if wiped)
-//	I for D, not outdated                    resume: restart the pods I names that still exist
-//	I for other data, or outdated            new round over every selected pod: pods are mixed
-//	no R, no I (first sight)                 adopt: record D, restart nothing
-//	R = D, no I                              nothing (write R once if the annotation is missing)
-//	R ≠ D, no I                              new round over every selected pod
+//	state                                   owner, and how others reach it
+//	Controller.entries, states, tombstones  c.mu: handlers write views
+//	entry.obj, r, i, outdated, adopted,     (apply, the one judge of our writes
+//	written, writing, ourIntent, ended      against others', which returns a
+//	                                        verdict and sets ended); workers
+//	                                        write what their writes left
+//	                                        (writeState), under c.mu
+//	entry.round (the pointer)               the worker of the key (beginRound,
+//	                                        reconcile, record); Lead's endTerm
+//	                                        once every worker has returned
+//	round.key, hash, selector, sel          set once: anyone, under c.mu
+//	round.pods, resumed, sent, progress,    the worker of the key alone
+//	halted, haltFound, indexed
+//	round.state[i]                          the goroutine restarting pods[i],
+//	                                        joined before the worker reads it
+//	round.listed, mostSeen, estimate,       the namespace budget's lock: other
+//	allowed; namespaceBudget.inFlight       rounds' waves count this one's budget
+//	round.blocked                           atomic: restart goroutines
+//	owners (scale reads, discovery)         its own lock
+//	queue                                   its own lock (after c.mu)
 //
-// A round (round.go) writes I, restarts in waves that wait for Ready pods
-// (waves.go), then writes R = D and removes I.
-// Interrupted anywhere, it leaves a state of the table: killed mid-round or
-// failing to record, it leaves I; a lost lease stops it before its next
-// write. I is outdated once the data was seen to differ from I.hash after I
-// was written: pods created meanwhile ran that other data.
-//
-// How each state resolves, in one place each:
+// # Where each state resolves
 //
 //	which round is current      current (round.go), asked before every write
-//	an answer to a write        classify (errors.go), the one error table
-//	our writes against others'  entry.apply and entry.wrote (state.go): an
-//	                            event older than our last write is its past;
-//	                            a newer one without our I during a round is a
-//	                            wipe (the object replaced): I is written again
+//	ours or theirs              entry.apply (state.go): an older view is our
+//	                            write's past; our own write's event (writing,
+//	                            ourIntent) is ours; our intent gone with no
+//	                            record is a wipe (written again: needsIntent);
+//	                            anything else is theirs, and ends a round
+//	an ended round              reconcile lets it go, at its worker's next look
+//	an answer to a write        classify (errors.go), the one error table; a
+//	                            404 or 409 on the state supersedes only once an
+//	                            event shows the object replaced (writeState)
 //	a restart refused 409       restartPod (restart.go): re-read by name, retried
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
 //	an intent superseded        writeIntent: removed if the round restarted
 //	                            nothing yet
-//	a standby                   queue.go: queues nothing; Lead queues what needs
-//	                            action
+//	a standby                   queue.go: queues nothing; endTerm lets rounds go;
+//	                            Lead queues what needs action
 //	a round waiting for Ready   wave (waves.go) and choose: the budget
-//	                            (budget.go) counted on a fresh LIST of the
-//	                            namespace each wave, restarts in flight counted;
-//	                            halted after ProgressDeadline, it keeps I and
-//	                            goes on, frozen while its replacements are not
-//	                            available; a new change supersedes it
+//	                            (budget.go) on a fresh LIST of the namespace;
+//	                            halted after ProgressDeadline it is marked so on
+//	                            the object (writeHalt), keeps I and goes on,
+//	                            frozen while its replacements are not available
 package policy

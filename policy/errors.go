@@ -20,9 +20,13 @@ const (
 	answerOK answer = iota
 	// answerRetry: 5xx, a timeout, a cut connection. Retried with backoff.
 	answerRetry
-	// answerBusy: 429, from API priority and fairness or, for an eviction,
-	// a disruption budget. Retried after the server's hint.
+	// answerBusy: 429 from API priority and fairness (the server is
+	// busy). Retried after the server's hint (Retry-After).
 	answerBusy
+	// answerBlocked: 429 on an eviction that a PodDisruptionBudget does not
+	// allow now (its cause reason is DisruptionBudget). Tried again in the
+	// next wave.
+	answerBlocked
 	// answerGone: 404. The object is gone; its DELETED event comes.
 	answerGone
 	// answerConflict: a precondition failed, the object changed or was
@@ -51,6 +55,9 @@ func classify(err error) answer {
 	case http.StatusConflict:
 		return answerConflict
 	case http.StatusTooManyRequests:
+		if se.HasCause("", "DisruptionBudget") {
+			return answerBlocked
+		}
 		return answerBusy
 	case http.StatusUnprocessableEntity:
 		switch {

@@ -498,6 +498,7 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 	c := New(cfg, api, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	c.sweepWait = 100 * time.Millisecond // the index of a test has no watch: nothing comes later
 	c.wavePoll = 5 * time.Millisecond
+	c.replacedWait = 50 * time.Millisecond // the events of a test come from the test itself
 	return c, m
 }
 

@@ -76,6 +76,7 @@ type object struct {
 type stored struct {
 	recorded digest // R as annotated; zero when absent or unusable
 	intent   intent // I as annotated
+	halted   halt   // HaltedAnnotation as annotated
 	version  uint64 // the resourceVersion of the object that holds them
 	// known: the state can be told. A Secret's is not until the
 	// ConfigMaps of its namespace have been listed: until then an absent
@@ -136,6 +137,8 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 			obj.stored.recorded, _ = parseDigest(v.String())
 		case RestartingAnnotation:
 			obj.stored.intent = parseIntent(cloneAtMost(v.String(), maxIntentText+1))
+		case HaltedAnnotation:
+			obj.stored.halted = parseHalt(v.String())
 		case StateOfSecretAnnotation:
 			if len(v.String()) <= k8sname.MaxSubdomain {
 				obj.stateOf = strings.Clone(v.String())

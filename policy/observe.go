@@ -122,6 +122,7 @@ func (c *Controller) Handle(ev watch.Event) { c.handle(kindConfigMap, ev) }
 // handle takes an event of any scope. It only records state and queues
 // work.
 func (c *Controller) handle(k kind, ev watch.Event) {
+	defer c.notify()
 	obj, err := parseObject(ev.Object, k, c.cfg.SelectorAnnotation, c.cfg.DigestKey)
 	if err != nil {
 		c.metrics.SkippedObjects.Inc()
@@ -159,9 +160,10 @@ func (c *Controller) observe(obj object) bool {
 		return false
 	}
 	if obj.kind == kindSecret {
-		// Its state is what the entry holds, or, new, what its state
-		// ConfigMap shows.
-		obj.stored = e.shown()
+		// A Secret's event says nothing of its state: that is the last
+		// view of its state ConfigMap (not our write, which no view of
+		// it may have caught up with yet), or, new, what that shows.
+		obj.stored = e.obj.stored
 		if first {
 			obj.stored = c.stateOf(obj.key(), obj.namespace)
 		}
@@ -174,11 +176,11 @@ func (c *Controller) observe(obj object) bool {
 // takeView applies a view of the object to its entry, and adopts the data
 // if nothing tells which the pods run. c.mu must be held.
 func (c *Controller) takeView(e *entry, obj object) {
-	before := e.round
-	e.apply(obj)
-	if e.round != before {
-		c.pruneHalted() // apply ended a round
+	if e.apply(obj) == verdictWiped {
+		c.log.Info("the round's intent was removed from the object (replaced whole?); the round writes it again before its next restart",
+			"namespace", obj.namespace, obj.kind.logKey(), obj.name)
 	}
+	c.pruneHalted() // apply may have ended a round
 	if e.obj.stored.known && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
 		e.r, e.adopted = e.obj.hash, true
@@ -319,10 +321,11 @@ func (c *Controller) forget(key string) {
 // names, as kustomize makes them, are never re-created.)
 const maxTombstones = 1024
 
-// bury makes e a tombstone and stops its round. c.mu must be held.
+// bury makes e a tombstone and ends its round. c.mu must be held.
 func (c *Controller) bury(e *entry) {
 	c.setExists(e, false)
-	e.round, e.last = nil, nil
+	e.ended = e.round != nil
+	e.last = nil
 	c.pruneHalted()
 	c.seq++
 	e.seen = c.seq

@@ -35,14 +35,19 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
 	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
-	for _, i := range which {
+	for n, i := range which {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			fail(ctx.Err())
 		}
-		// A paced round stops at the first failure (it is retried later).
+		// A paced round stops at the first failure (it is retried later);
+		// the restarts it chose and never sent are not in flight.
 		if firstErr.Load() != nil {
+			b := c.budgetOf(obj.namespace)
+			for _, j := range which[n:] {
+				b.release(r.pods[j].uid)
+			}
 			break
 		}
 		r.sent = true
@@ -116,15 +121,15 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			count("not_found")
 			log.Info("pod already gone", "outcome", "not_found")
 			return podGone, nil
-		case answerBusy:
-			if !evict {
-				count("error")
-				return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
-			}
+		case answerBlocked:
 			count("blocked")
 			log.Info("eviction not allowed yet (disruption budget); trying again in the next wave", "outcome", "blocked", "err", err)
 			r.blocked.Store(&pod.name)
 			return podPending, nil
+		case answerBusy:
+			count("error")
+			log.Warn("the API server is busy (priority and fairness); trying again after its hint", "outcome", "error", "retry_after", apiclient.RetryAfter(err), "err", err)
+			return podPending, fmt.Errorf("%s pod %s/%s: throttled by the API server: %w", verb, obj.namespace, pod.name, err)
 		case answerConflict:
 			count("conflict")
 			if since, ok := r.indexedTermination(ctx, obj.namespace, pod.uid); ok {

@@ -49,6 +49,10 @@ func TestMaxConcurrentRestartsPaces(t *testing.T) {
 	}
 }
 
+// pdbRefusal is kube-apiserver's answer to an eviction a PodDisruptionBudget
+// does not allow now: 429 with the cause DisruptionBudget.
+const pdbRefusal = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget","message":"The disruption budget webapp needs 3 healthy pods and has 3 currently"}]},"code":429}`
+
 // TestEvictStrategy ensures RESTART_STRATEGY=evict posts Evictions (never
 // DELETE) and tries one a disruption budget refuses with 429 again in the
 // next wave, halting the round (not recording it) while the budget refuses
@@ -67,7 +71,7 @@ func TestEvictStrategy(t *testing.T) {
 			var refused atomic.Int32
 			api.fault = func(r request) (int, string, bool) {
 				if r.method == http.MethodPost && strings.Contains(r.path, "/webapp-2/") && refused.Add(1) <= tt.refusals {
-					return 429, `{"kind":"Status","code":429,"reason":"TooManyRequests","message":"Cannot evict pod as it would violate the pod's disruption budget."}`, true
+					return 429, pdbRefusal, true
 				}
 				return 0, "", false
 			}
@@ -95,7 +99,7 @@ func TestEvictionRefusedPastTheDeadlineHalts(t *testing.T) {
 	refuse.Store(true)
 	api.fault = func(r request) (int, string, bool) {
 		if r.method == http.MethodPost && strings.Contains(r.path, "/webapp-2/") && refuse.Load() {
-			return 429, `{"kind":"Status","code":429,"reason":"TooManyRequests","message":"Cannot evict pod as it would violate the pod's disruption budget."}`, true
+			return 429, pdbRefusal, true
 		}
 		return 0, "", false
 	}

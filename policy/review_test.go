@@ -323,3 +323,217 @@ func TestReviewOverlappingRoundTakesTheOthersPodsAsGone(t *testing.T) {
 	defer api.mu.Unlock()
 	assert.GreaterOrEqual(t, lowest, 6, "tier=web Ready pods fell below 8 - 2; removed: %v", api.removed)
 }
+
+// TestReviewSecretOwnerSyncThenLateStateEventRestartsTwice: the state of a
+// Secret lives in its state ConfigMap, whose events come on the ConfigMap
+// watch; the Secret's on another. A Secret event (an owner's sync that
+// changes no data) applies R and I as our last write left them and forgets
+// that write (entry.written = nil), although no event of the state
+// ConfigMap has caught up; observeState's replay check compares only with
+// the last state ConfigMap *event*. So a late state ConfigMap event older
+// than our own writes (the ConfigMap watch resuming after a break replays
+// in order) is taken as someone else's record: R goes back to the digest
+// before the change, and a new round restarts every pod a second time.
+//
+// Sequence: first sight of the Secret (s1) is adopted (state ConfigMap
+// written at rv p); its data changes to s2 and the round restarts the 3 pods
+// (intent at rv a, record at rv b); the owner syncs the Secret (metadata
+// only); the ConfigMap watch then delivers the state ConfigMap's ADDED at p.
+func TestReviewSecretOwnerSyncThenLateStateEventRestartsTwice(t *testing.T) {
+	api := replacingAPI(t)
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}, nil, []secretSpec{secret})
+	settle(t, c)
+	require.Equal(t, []string{secretHashOf(t, s1)}, api.recordedHashes(), "adopted")
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	require.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+	require.Equal(t, []string{secretHashOf(t, s1), secretHashOf(t, s2)}, api.recordedHashes())
+
+	secret.annotations = map[string]string{"owner.example/synced": "1"} // the owner's sync
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+
+	// The ConfigMap watch catches up: first the adoption's state ConfigMap.
+	adopted := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+	adopted.rv = api.patchRV(0)
+	handle(t, c, watch.Added, adopted)
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods(), "each pod restarted once for s2")
+	assert.Equal(t, []string{secretHashOf(t, s1), secretHashOf(t, s2)}, api.recordedHashes(), "no second round")
+}
+
+// TestReviewSecretOwnerSyncThenOwnLateIntentResumesARound: the same hole
+// with ordinary timing. A short round's own intent event arriving after its
+// record was answered is normal (TestOwnLateIntentEventWritesNoSecondRecord
+// covers it for ConfigMaps); if the Secret's owner syncs in between, that
+// intent event reads as someone else's: R goes back, I is taken, and a
+// "resumed" round writes the record a second time and reports a second
+// PodsRestarted Event for 0 pods.
+func TestReviewSecretOwnerSyncThenOwnLateIntentResumesARound(t *testing.T) {
+	api := replacingAPI(t)
+	rec := &fakeRecorder{}
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, Events: rec}, []cmSpec{state}, []secretSpec{secret})
+	settle(t, c)
+
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	require.Len(t, api.deletedPods(), 3)
+	writes := len(api.seen(http.MethodPatch, "configmaps"))
+	require.Equal(t, 2, writes, "the intent and the record")
+
+	secret.annotations = map[string]string{"owner.example/synced": "1"}
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+
+	intent := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), api.intents()[0])
+	intent.rv = api.patchRV(0)
+	handle(t, c, watch.Modified, intent)
+	settle(t, c)
+	record := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), "")
+	record.rv = api.patchRV(1)
+	handle(t, c, watch.Modified, record)
+	settle(t, c)
+
+	assert.Len(t, api.seen(http.MethodPatch, "configmaps"), writes, "our own late intent event caused a write")
+	n := 0
+	for _, e := range rec.all() {
+		if e.reason == "PodsRestarted" {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "PodsRestarted Events: %v", rec.all())
+}
+
+// TestReviewRecreatedMidRoundRestartsEveryPodAgain: a ConfigMap deleted and
+// re-created with the same data (kubectl replace --force, helm --force, a
+// GitOps prune and re-create) while its round for that data finishes. The
+// round restarted every pod for v2; its record finds the ConfigMap gone
+// (404: superseded). The tombstone keeps R = v1 and the new object starts
+// with no I, so the re-created ConfigMap (v2) reads as a change from v1 and
+// a new round restarts every pod again, replacements that already run v2.
+// design.md: a re-created ConfigMap "is compared with the digest its pods
+// were restarted for"; they were restarted for v2.
+func TestReviewRecreatedMidRoundRestartsEveryPodAgain(t *testing.T) {
+	api := replacingAPI(t)
+	var c *Controller
+	var once sync.Once
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
+	api.fault = func(r request) (int, string, bool) {
+		gone := false
+		if r.method == http.MethodPatch && strings.Contains(r.body, RestartedForAnnotation) {
+			once.Do(func() {
+				handle(t, c, watch.Deleted, cm)
+				gone = true
+			})
+		}
+		if gone {
+			return 404, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, true
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}})
+	start(t, c)
+	handle(t, c, watch.Modified, cm)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) >= 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	require.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+
+	// Re-created from the same manifest: same data, new uid, no annotations of ours.
+	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
+	settle(t, c)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods(), "the replacements already run v2")
+}
+
+// TestReviewReplacedObjectSeenOnARelistLosesTheChange: a round in waves for
+// v2 runs on ConfigMap uid-1 (its intent written there). The ConfigMap is
+// deleted and re-created from its manifest (same data v2, new uid-2, none
+// of our annotations) while the ConfigMap watch is relisting after a 410,
+// so no DELETED event is seen: the relist shows uid-2. entry.apply resets I
+// for the new object but does not end the round (same data and selector)
+// nor mark it wiped, so the round goes on restarting pods with no intent on
+// the object that now exists. The controller is then restarted (its own
+// rolling update): the new process finds uid-2 with no R and no I, adopts
+// v2, and the pods that still run v1 are never restarted.
+func TestReviewReplacedObjectSeenOnARelistLosesTheChange(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceDeleted(func() bool { return false })
+	c1, m1 := newTestController(t, api.client(), Config{RecordHash: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c1.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	handle(t, c1, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m1.Reconciles.Value(resultWaiting) >= 1 }, waitFor, time.Millisecond)
+	require.Equal(t, []string{"web-1"}, api.deletedPods())
+	patchesBefore := len(api.seen(http.MethodPatch, "configmaps"))
+
+	// The relist: the same name, a new object.
+	recreated := cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2}
+	h := c1.ForNamespace("")
+	h.BeginList()
+	handle(t, c1, watch.Synced, recreated)
+	h.EndList()
+	api.makeReady() // web-1-r Ready: the next wave restarts web-2
+	require.Eventually(t, func() bool { return len(api.deletedPods()) >= 2 }, waitFor, time.Millisecond)
+	cancel() // the controller's own rolling update
+	<-done
+	done = make(chan struct{})
+	close(done) // for the cleanup
+
+	// What the server now holds on uid-2: our annotations written since the relist.
+	for _, a := range api.patchedAnnotations()[patchesBefore:] {
+		if v, ok := a[RestartingAnnotation]; ok && v != nil {
+			recreated.intent = *v
+		}
+		if v, ok := a[RestartedForAnnotation]; ok && v != nil {
+			recreated.recorded = *v
+		}
+	}
+	assert.NotEmpty(t, recreated.intent, "pods were restarted for uid-2 with no intent on it")
+
+	c2, m2 := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c2)
+	api.replaceDeleted(func() bool { return true })
+	api.makeReady()
+	handle(t, c2, watch.Synced, recreated)
+	require.Eventually(t, func() bool {
+		return m2.Reconciles.Value(resultRestarted)+m2.Reconciles.Value(resultAdopted) >= 1
+	}, waitFor, time.Millisecond)
+	assert.Zero(t, m2.Reconciles.Value(resultAdopted), "the new process adopted v2 with pods still on v1")
+	assert.Subset(t, api.deletedPods(), []string{"web-1", "web-2", "web-3", "web-4"}, "pods still running v1 were never restarted")
+}
+
+// TestReviewStandbyKeepsReportingAHaltedRound: the leader's round halts
+// (gauge 1), then the replica loses the lease. As a standby it runs no
+// round, yet its config_watcher_rounds_halted stays 1 (c.halted and
+// e.round are kept), while the new leader resumes the round un-halted for a
+// whole PROGRESS_DEADLINE and then reports its own 1: an "alert on > 0"
+// fires on the wrong replica, and sum() over replicas counts the round
+// twice. (operations.md: "rounds halted now"; "always 0 on a standby" is
+// said of the queue depth.)
+func TestReviewStandbyKeepsReportingAHaltedRound(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceDeleted(func() bool { return false })
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: 50 * time.Millisecond, Events: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Lead(ctx, func() time.Duration { return 0 }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, c.queue.active, waitFor, time.Millisecond)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, hasReason(rec, "RolloutHalted"), waitFor, time.Millisecond)
+	require.Equal(t, 1.0, m.RoundsHalted.Value())
+	cancel() // the lease is lost
+	<-done
+	done = make(chan struct{})
+	close(done)
+	assert.Equal(t, 0.0, m.RoundsHalted.Value(), "a standby reports a halted round")
+}

@@ -28,24 +28,19 @@ const (
 )
 
 // round is the restart of the pods one ConfigMap selects, for one digest.
-// intent, writing and rewrite are guarded by the controller's mu; the rest
-// belongs to the worker that runs the round.
+// It belongs to the worker that runs it (doc.go): key, hash, selector and
+// sel never change, so others may read them; the rest is the worker's, but
+// for what the namespace budget's lock guards (below).
 type round struct {
+	key      string // of its object
 	hash     digest
 	selector string
 	sel      *selector.Selector
-	intent   string // the intent it wrote or resumed ("" while none)
-	// writing is the intent being written: its event may come before the
-	// write's answer, and must not end the round.
-	writing string
-	// rewrite: the intent was wiped (apply); it is written again before
-	// the next restart.
-	rewrite bool
-	resumed bool       // it resumed an intent: earlier rounds restarted some of its pods
-	sent    bool       // a restart was sent (owned by the worker)
-	pods    []podRef   // pods[i].rv is refreshed by its wave and its restart
-	state   []podState // state[i] is pods[i]'s, owned by its restart
-	indexed *indexed   // set when the round began from the pod index
+	resumed  bool       // it resumed an intent: earlier rounds restarted some of its pods
+	sent     bool       // a restart was sent
+	pods     []podRef   // pods[i].rv is refreshed by its wave and its restart
+	state    []podState // state[i] is pods[i]'s, written by its restart's goroutine
+	indexed  *indexed   // set when the round began from the pod index
 
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
@@ -58,6 +53,9 @@ type round struct {
 	allowed  int             // how many more pods may go unavailable, as last counted
 	progress time.Time       // its latest restart, or its first wave
 	halted   bool            // no restart possible for ProgressDeadline
+	// haltFound: it resumed an intent the server shows halted (by a
+	// controller before this one): it is halted from its first wave.
+	haltFound time.Time
 	// blocked names a pod whose eviction a disruption budget refused.
 	blocked atomic.Pointer[string]
 }
@@ -93,15 +91,16 @@ const (
 
 var (
 	errNotLeader  = errors.New("not the leader: round stopped")
-	errSuperseded = errors.New("the configmap changed: round superseded") // the change queued it again
-	// errIntentLost: the round's intent was wiped; write it again, go on.
-	errIntentLost = errors.New("the round's intent was removed")
+	errSuperseded = errors.New("the object changed: round superseded") // the change queued it again
+	// errIntentLost: the round's intent is not on the server (wiped, or
+	// the object replaced): write it again, go on.
+	errIntentLost = errors.New("the round's intent is not on the object")
 )
 
 // current is the one currency check, asked before every write (intent,
 // each restart and retry, record): nil if this replica may act and round
 // r (nil for an adoption or a record without a round) is still the current
-// one for the ConfigMap as obj shows it.
+// one for the object as obj shows it.
 func (c *Controller) current(ctx context.Context, key string, obj object, r *round) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -117,9 +116,9 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 		return errSuperseded
 	case r == nil:
 		return nil
-	case e.round != r:
+	case e.round != r || e.ended:
 		return errSuperseded
-	case r.rewrite:
+	case e.ourIntent != "" && e.needsIntent(r, c.recordsOnServer()):
 		return errIntentLost
 	}
 	return nil
@@ -127,10 +126,10 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 
 func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct() }
 
-// reconcile takes one ConfigMap one step along the state model (doc.go).
-// An error means "retry later"; what retrying cannot fix returns nil. after,
-// if not 0, is when to look again: a round waiting in waves, or a finished
-// round's last look.
+// reconcile takes one object one step along the state model
+// (docs/design.md#state-model). An error means "retry later"; what retrying
+// cannot fix returns nil. after, if not 0, is when to look again: a round
+// waiting in waves, or a finished round's last look.
 func (c *Controller) reconcile(ctx context.Context, key string) (result string, after time.Duration, err error) {
 	c.mu.Lock()
 	e := c.entries[key]
@@ -138,7 +137,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.mu.Unlock()
 		return resultGone, 0, nil
 	}
+	if e.ended {
+		// A view ended the round (someone's record or intent, other
+		// data or selector): its worker, here, lets it go.
+		e.round, e.ended, e.ourIntent = nil, false, ""
+		c.pruneHalted()
+	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
+	halt := e.shown().halted
 	c.mu.Unlock()
 	log := c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name)
 
@@ -178,7 +184,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		if r, err = c.beginRound(ctx, key, obj, sel, resume, log); errors.Is(err, errSuperseded) {
+		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
 	}
@@ -214,8 +220,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 }
 
 // runRound takes the round one wave further, or, begun from the index,
-// restarts its pods at once and sweeps; a wiped intent is written again and
-// the round goes on.
+// restarts its pods at once and sweeps; an intent the object no longer
+// shows is written again and the round goes on.
 func (c *Controller) runRound(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	for rewrites := 0; ; rewrites++ {
 		if rewrites > maxRewrites {
@@ -230,7 +236,7 @@ func (c *Controller) runRound(ctx context.Context, key string, obj object, r *ro
 		if !errors.Is(err, errIntentLost) {
 			return err
 		}
-		log.Info("the round's intent was removed (the object replaced?); writing it again")
+		log.Info("the round's intent is not on the object (removed, or the object replaced); writing it again")
 	}
 }
 
@@ -238,30 +244,29 @@ func (c *Controller) runRound(ctx context.Context, key string, obj object, r *ro
 // something that keeps removing it is not fought without a pause.
 const maxRewrites = 3
 
-// needsIntent: r has pods and no intent on the server (none yet, or wiped).
-func (c *Controller) needsIntent(r *round) bool {
+// needsIntent: r has pods, and the server does not show its intent.
+func (c *Controller) needsIntent(key string, r *round) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(r.pods) > 0 && (r.intent == "" || r.rewrite)
-}
-
-// wrote reports whether the intent text is the round's own: written, or
-// being written. A removed intent ("") is ours only before we wrote one.
-func (r *round) wrote(text string) bool {
-	return text == r.intent || (r.writing != "" && text == r.writing)
+	e := c.entries[key]
+	return e != nil && e.needsIntent(r, c.recordsOnServer())
 }
 
 // beginRound begins a round. With MAX_UNAVAILABLE=100%, a new round takes
 // the pods the pod index selects, if it can answer now (sweep.go); any other
 // takes them from its first wave's list (waves.go): for a resumed round,
 // those its intent names (the others were created after it began, with this
-// data). The round is kept from here on, so that a retry does not take pods
-// created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, log *slog.Logger) (*round, error) {
-	r := &round{hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
+// data), halted from the start if the object shows the intent halted. The
+// round is kept from here on, so that a retry does not take pods created
+// since: they run the new data.
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, log *slog.Logger) (*round, error) {
+	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
 	if resume != nil {
-		r.intent, r.only = resume.text, resume.uids()
-	} else if c.cfg.MaxUnavailable.Percent == 100 {
+		r.only = resume.uids()
+		if halt.hash == resume.hash && !halt.at.IsZero() {
+			r.haltFound = halt.at
+		}
+	} else if c.cfg.MaxUnavailable.all() {
 		r.pods, r.indexed = c.fromIndex(obj.namespace, sel)
 	}
 	if r.indexed != nil {
@@ -275,10 +280,13 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	if e == nil || (resume != nil && e.i.text != r.intent) {
+	if e == nil || e.round != nil || (resume != nil && e.i.text != resume.text) {
 		return nil, errSuperseded
 	}
-	e.round, e.last = r, nil
+	e.round, e.last, e.ourIntent = r, nil, ""
+	if resume != nil {
+		e.ourIntent = resume.text
+	}
 	return r, nil
 }
 
@@ -319,17 +327,16 @@ var errIntentTooLong = errors.New("the intent is over the annotations' size limi
 // roomInAnnotations is what a refusal for their size asks for.
 const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 
+// writeIntentText writes intent in for round r, removing any halt: a new
+// intent has not halted.
 func (c *Controller) writeIntentText(ctx context.Context, key string, obj object, r *round, in intent) error {
-	c.mu.Lock()
-	r.writing = in.text
-	c.mu.Unlock()
-	return c.writeState(ctx, key, obj, r, RestartingAnnotation, in.text, func(e *entry) {
+	return c.writeState(ctx, key, obj, r, stateWrite{intent: &in}, func(e *entry) {
 		e.i = in
 		if e.obj.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
 		}
 		if e.round == r {
-			r.intent, r.rewrite = in.text, false
+			e.ourIntent = in.text
 		}
 	})
 }
@@ -341,6 +348,11 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	c.mu.Lock()
 	e := c.entries[key]
 	ours := e != nil && e.i.text == in.text
+	var after stored
+	if ours {
+		after = e.shown()
+		after.intent, after.halted = intent{}, halt{}
+	}
 	c.mu.Unlock()
 	if !ours || !c.mayAct() {
 		return
@@ -348,7 +360,7 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, err = c.writeAnnotations(ctx, obj, map[string]any{RestartingAnnotation: nil}); err != nil {
+		if rv, err = c.writeAnnotations(ctx, obj, map[string]any{RestartingAnnotation: nil, HaltedAnnotation: nil}); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -360,20 +372,17 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil && e.i.text == in.text {
 		e.i = intent{}
-		e.wrote(rv, RestartingAnnotation, "")
+		e.wrote(rv, after)
 	}
 }
 
-// record writes R = obj.hash and removes I, ending round r (nil for an
-// adoption) unless r is no longer the current one.
+// record writes R = obj.hash and removes I and the halt, ending round r
+// (nil for an adoption) unless r is no longer the current one.
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
-	return c.writeState(ctx, key, obj, r, RestartedForAnnotation, obj.hash.text(), func(e *entry) {
+	return c.writeState(ctx, key, obj, r, stateWrite{record: true}, func(e *entry) {
 		e.r, e.i, e.adopted = obj.hash, intent{}, false
-		// The round ends here, unless the record's own event came back
-		// first and ended it already (apply): its last look is due either
-		// way, but not if another round has begun since.
-		if r != nil && (e.round == r || e.round == nil) {
-			e.round = nil
+		if r != nil && e.round == r {
+			e.round, e.ended, e.ourIntent = nil, false, ""
 			if !c.cfg.DryRun {
 				e.last = newLastLook(r, c.cfg.ProgressDeadline)
 			}
@@ -381,22 +390,78 @@ func (c *Controller) record(ctx context.Context, key string, obj object, r *roun
 	})
 }
 
-// writeState patches R (removing I) or I on the ConfigMap, or on a Secret's
-// state ConfigMap, if round r is still current, then applies the write to
-// the entry. Without RECORD_HASH, or in a dry run, the state lives in
-// memory only.
-func (c *Controller) writeState(ctx context.Context, key string, obj object, r *round, annotation, value string, apply func(e *entry)) error {
+// writeHalt marks round r's intent halted on the object, so that a
+// controller that resumes it (after a restart or a failover) is halted at
+// once. A failure is only logged: the round stays halted here.
+func (c *Controller) writeHalt(ctx context.Context, key string, obj object, r *round, at time.Time, log *slog.Logger) {
+	h := halt{hash: r.hash, at: at}
+	if err := c.writeState(ctx, key, obj, r, stateWrite{halt: &h}, func(*entry) {}); err != nil && !errors.Is(err, errSuperseded) && !errors.Is(err, errNotLeader) {
+		log.Warn("cannot mark the halted round on the object; a controller that takes it over will find it halted only after PROGRESS_DEADLINE", "err", err)
+	}
+}
+
+// stateWrite is one write of the state: a record (R = the data, removing I
+// and the halt), an intent (removing the halt), or a halt.
+type stateWrite struct {
+	record bool
+	intent *intent
+	halt   *halt
+}
+
+// annotations returns the write as a merge patch of annotations, for data
+// hash.
+func (w stateWrite) annotations(hash digest) map[string]any {
+	switch {
+	case w.record:
+		return map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+	case w.intent != nil:
+		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
+	}
+	return map[string]any{HaltedAnnotation: w.halt.text()}
+}
+
+// after returns the state the write leaves, from the state before it.
+func (w stateWrite) after(st stored, hash digest) stored {
+	switch {
+	case w.record:
+		st.recorded, st.intent, st.halted = hash, intent{}, halt{}
+	case w.intent != nil:
+		st.intent, st.halted = *w.intent, halt{}
+	default:
+		st.halted = *w.halt
+	}
+	return st
+}
+
+// writeState writes w on the object (or a Secret's state ConfigMap) if
+// round r is still current, then applies it to the entry. Without
+// RECORD_HASH, or in a dry run, the state lives in memory only. The answers
+// that mean the object was replaced or deleted supersede the round only
+// once an event shows it so (within c.replacedWait): a 409 or 404 that no
+// replacement caused (an admission webhook's) is retried.
+func (c *Controller) writeState(ctx context.Context, key string, obj object, r *round, w stateWrite, apply func(e *entry)) error {
 	if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
 		return err
 	}
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil {
+		c.mu.Unlock()
+		return errSuperseded
+	}
+	after := w.after(e.shown(), obj.hash)
+	e.writing = &after
+	c.mu.Unlock()
 	var written uint64
 	if c.recordsOnServer() {
-		annotations := map[string]any{annotation: value}
-		if annotation == RestartedForAnnotation {
-			annotations[RestartingAnnotation] = nil
-		}
 		var err error
-		written, err = c.writeAnnotations(ctx, obj, annotations)
+		written, err = c.writeAnnotations(ctx, obj, w.annotations(obj.hash))
+		what := "the record"
+		if w.intent != nil {
+			what = "the intent"
+		} else if w.halt != nil {
+			what = "the halt"
+		}
 		need := "verb patch on configmaps, or RECORD_HASH=false"
 		if obj.kind == kindSecret {
 			need = "verbs patch and create on configmaps (the manifests/secrets component), or RECORD_HASH=false"
@@ -404,26 +469,70 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 		switch classify(err) {
 		case answerOK:
 		case answerGone, answerConflict:
-			// Deleted or replaced meanwhile: the new object gets its own round.
+			c.doneWriting(key, &after)
+			if !c.waitReplaced(ctx, key, obj) {
+				return fmt.Errorf("write %s on %s %s/%s: %w; no event shows it replaced or deleted, so it is written again", what, obj.kind.logKey(), obj.namespace, obj.name, err)
+			}
+			if w.record && r != nil {
+				c.credit(key, obj)
+			}
 			return fmt.Errorf("%s gone or replaced: %w", obj.kind.logKey(), errSuperseded)
 		case answerTooLong:
-			if annotation == RestartingAnnotation {
+			c.doneWriting(key, &after)
+			if w.intent != nil {
 				return fmt.Errorf("%w: %w", errIntentTooLong, err) // writeIntent decides
 			}
 			return c.refused(obj, "patch", "configmaps", roomInAnnotations, err)
 		case answerRefused:
+			c.doneWriting(key, &after)
 			return c.refused(obj, "patch", "configmaps", need, err)
 		default:
-			return fmt.Errorf("write %s for %s %s/%s: %w", annotation, obj.kind.logKey(), obj.namespace, obj.name, err)
+			c.doneWriting(key, &after)
+			return fmt.Errorf("write %s for %s %s/%s: %w", what, obj.kind.logKey(), obj.namespace, obj.name, err)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {
-		e.wrote(written, annotation, value) // older events show R and I as they were before
+		e.wrote(written, after) // older events show R and I as they were before
 		apply(e)
 	}
 	return nil
+}
+
+// doneWriting forgets a write in flight that failed.
+func (c *Controller) doneWriting(key string, w *stored) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.writing == w {
+		e.writing = nil
+	}
+}
+
+// defaultReplacedWait bounds the wait for the event that explains a 404 or
+// 409 on our write of the state: a watch delivers it within milliseconds,
+// even under load within seconds.
+const defaultReplacedWait = 5 * time.Second
+
+// waitReplaced reports whether an event shows obj deleted or replaced (its
+// entry a tombstone, or of another uid), waiting up to c.replacedWait for
+// one.
+func (c *Controller) waitReplaced(ctx context.Context, key string, obj object) bool {
+	return c.waitFor(ctx, c.replacedWait, func() bool {
+		e := c.entries[key]
+		return e == nil || !e.exists || e.obj.uid != obj.uid
+	})
+}
+
+// credit: the record of a round whose pods were all restarted found obj
+// deleted. Its tombstone takes the round's digest as R, which is what the
+// pods run now: one re-created with the same data is no change for them.
+func (c *Controller) credit(key string, obj object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && !e.exists && e.obj.uid == obj.uid {
+		e.r, e.i, e.adopted = obj.hash, intent{}, false
+	}
 }
 
 // writeAnnotations writes R or I (nil removes one) where the object's kind

@@ -1,32 +1,49 @@
 package policy
 
 // entry is what the controller knows of one annotated ConfigMap or Secret.
+// Every field is guarded by Controller.mu; round's fields belong to its
+// worker (doc.go has the table).
 type entry struct {
-	// obj is the latest event's view; its stored R and I may predate our
-	// own writes: r and i are what counts.
+	// obj is the latest view of the object; obj.stored is the latest view
+	// of R, I and the halt as the server has them (for a Secret, its state
+	// ConfigMap's), which may predate our own writes: r and i are what
+	// counts.
 	obj object
-	// r and i are R and I: taken from an event whose annotation differs
-	// from the previous event's (someone wrote it), and set by our own
+	// r and i are R and I: taken from a view whose annotation differs from
+	// what the server showed before (someone wrote it), and set by our own
 	// writes at once. r outlives a removed annotation and, in a tombstone,
-	// the ConfigMap: new data under the same name counts as a change.
+	// the object; i outlives the object too: a re-created object's pods
+	// are those its round named.
 	r digest
 	i intent
-	// written is our last write of R or I: R and I as they were right
-	// after it, at the revision the server answered (of the object holding
-	// them). Older views show them as they were before it. nil once a view
-	// as new as it is applied: most entries never hold one for long.
+	// written is our last write of R, I or the halt: the state right after
+	// it, at the revision the server answered (of the object holding it).
+	// Older views show its past. nil once a view as new as it is applied:
+	// most entries never hold one for long.
 	written *stored
+	// writing is the state our write in flight leaves: its event may come
+	// back before its answer, and is ours.
+	writing *stored
+	// ourIntent is the intent text of round: written, being written, or
+	// resumed ("" before any). A view that shows it is ours; one that no
+	// longer shows it, with no record in its place, is a wipe.
+	ourIntent string
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string
-	round    *round    // in progress here, for obj.hash
-	last     *lastLook // the last round's last look, due later (waves.go)
-	exists   bool      // false: a tombstone
-	adopted  bool      // r was taken from the first sighting, not from a record
-	seen     uint64    // sequence number of the last event about the object
+	// round is in progress here, for obj.hash. Only its worker sets and
+	// clears it; a view that ends it sets ended, and the worker drops it
+	// at its next look (the one place a round ends: reconcile).
+	round   *round
+	ended   bool
+	last    *lastLook // the last round's last look, due later (waves.go)
+	exists  bool      // false: a tombstone
+	adopted bool      // r was taken from the first sighting, not from a record
+	seen    uint64    // sequence number of the last event about the object
 }
 
-// step is what a reconcile does next: a row of the table in doc.go.
+// step is what a reconcile does next: a row of the table in
+// docs/design.md#state-model.
 type step int
 
 const (
@@ -44,7 +61,7 @@ func (e *entry) decide(recordsOnServer bool) step {
 	switch {
 	case !e.obj.stored.known:
 		return stepNothing // a Secret whose state has not been listed yet
-	case e.round != nil:
+	case e.round != nil && !e.ended:
 		return stepContinue
 	case e.i.present() && e.i.hash == e.obj.hash && e.i.text != e.outdated:
 		return stepResume
@@ -61,52 +78,73 @@ func (e *entry) decide(recordsOnServer bool) step {
 	}
 }
 
-// apply takes a view of the object and of its stored R and I into the
-// entry; the caller has dropped views older than one applied. It holds the
-// one rule for our own writes of R and I against anyone else's: shown is R
-// and I as the server has them after the later of the views applied and
-// our last write (written); a view older than our last write is that
-// write's past, and its R and I do not count; a newer one shows what
-// others made of them.
-func (e *entry) apply(obj object) {
+// verdict is what a view says of R and I: the one judgement of our writes
+// against anyone else's.
+type verdict uint8
+
+const (
+	verdictSame   verdict = iota // R and I as before (or their past)
+	verdictOurs                  // our write in flight, or the round's own intent, come back
+	verdictTheirs                // someone else's record or intent
+	verdictWiped                 // the round's intent gone, no record in its place
+)
+
+// apply takes a view of the object (obj, and obj.stored of R and I) into
+// the entry and returns what it says of R and I; the caller has dropped
+// views older than one applied. It is the one place that tells our writes
+// from anyone else's. shown is R and I as the server has them after the
+// later of the views applied and our last write (written); a view older
+// than our last write is that write's past, and its R and I do not count; a
+// newer one shows what others made of them. A round in progress ends on
+// someone else's record or intent, other data or another selector: apply
+// sets ended, and never touches the round itself. A wipe (kubectl replace
+// with the same data) ends nothing: the round writes its intent again
+// before its next restart (needsIntent).
+func (e *entry) apply(obj object) verdict {
 	prev := e.shown()
-	if e.obj.uid != obj.uid && obj.kind == kindConfigMap {
-		// A new ConfigMap under this name: its annotations start from
-		// nothing, but r still tells what the pods run. (A Secret's
-		// state ConfigMap outlives a replaced Secret.)
-		prev = stored{}
-		e.i, e.outdated, e.written = intent{}, "", nil
+	if e.obj.uid != "" && e.obj.uid != obj.uid && obj.kind == kindConfigMap {
+		// A new ConfigMap under this name: the server holds none of our
+		// annotations on it, but r and i still tell what the pods run.
+		// (A Secret's state ConfigMap outlives a replaced Secret.)
+		prev, e.written = stored{}, nil
 	}
 	now := obj.stored
 	if e.written != nil && now.before(*e.written) {
 		// On its way before our last write (we may have written twice
 		// before the first write's event came back).
-		now.recorded, now.intent = prev.recorded, prev.intent
+		now.recorded, now.intent, now.halted = prev.recorded, prev.intent, prev.halted
 	}
 	recorded := now.recordsAnew(prev)
+	intentChanged := now.intent.text != prev.intent.text
+	v := verdictSame
+	switch {
+	case !recorded && !intentChanged:
+	case e.writing != nil && now.recorded == e.writing.recorded && now.intent.text == e.writing.intent.text,
+		!recorded && now.intent.present() && now.intent.text == e.ourIntent:
+		v = verdictOurs
+	case !recorded && !now.intent.present() && e.ourIntent != "" && prev.intent.text == e.ourIntent:
+		v = verdictWiped
+	default:
+		v = verdictTheirs
+	}
 	if recorded {
 		e.r = now.recorded
 	}
-	intentWritten := now.intent.text != prev.intent.text
-	if recorded || intentWritten {
+	if recorded || intentChanged {
 		e.i = now.intent // a record ends a round, its intent included
 	}
 	if e.i.present() && e.i.hash != obj.hash {
 		e.outdated = e.i.text
 	}
-	if r := e.round; r != nil {
-		wiped := r.wipedBy(prev, now, recorded)
-		if r.endedBy(obj, now, recorded, intentWritten && !wiped) {
-			e.round = nil
-		} else if wiped {
-			r.rewrite = true
-		}
+	if r := e.round; r != nil && (v == verdictTheirs || r.hash != obj.hash || r.selector != obj.selector) {
+		e.ended = true // r.hash and r.selector never change: any goroutine may read them
 	}
 	obj.stored = now
 	e.obj = obj
 	if e.written != nil && now.version >= e.written.version {
 		e.written = nil // shown() is the view from now on
 	}
+	return v
 }
 
 // shown is R and I as the server has them, as far as the entry knows: the
@@ -118,6 +156,13 @@ func (e *entry) shown() stored {
 	return e.obj.stored
 }
 
+// needsIntent: round r has pods, and its intent is not written (none yet,
+// or, on the server, wiped or the object replaced since). onServer: R and
+// I are annotations, not memory only.
+func (e *entry) needsIntent(r *round, onServer bool) bool {
+	return len(r.pods) > 0 && (e.ourIntent == "" || (onServer && e.shown().intent.text != e.ourIntent))
+}
+
 // before: st was on its way before write w, and shows w's past.
 func (st stored) before(w stored) bool { return st.version != 0 && st.version < w.version }
 
@@ -127,35 +172,13 @@ func (st stored) recordsAnew(prev stored) bool {
 	return !st.recorded.isZero() && st.recorded != prev.recorded
 }
 
-// wipedBy: the round's intent is gone with no record in its place, the
-// object replaced whole with the same data (kubectl replace, a GitOps
-// tool). The round goes on, and writes I again before its next restart.
-func (r *round) wipedBy(prev, now stored, recorded bool) bool {
-	return r.intent != "" && prev.intent.text == r.intent && !now.intent.present() && !recorded
-}
-
-// endedBy: the round in memory is no longer current after view obj, whose
-// R and I are now: someone's record, someone else's intent (othersIntent:
-// an intent written that is not a wipe), other data or another selector.
-// Every write checks first (current).
-func (r *round) endedBy(obj object, now stored, recorded, othersIntent bool) bool {
-	return recorded || (othersIntent && !r.wrote(now.intent.text)) || r.hash != obj.hash || r.selector != obj.selector
-}
-
-// wrote takes our own write of annotation (R, which removes I, or I), the
-// server having answered at revision rv (0: memory only), as our last
-// write: R and I as they are right after it.
-func (e *entry) wrote(rv uint64, annotation, value string) {
+// wrote takes our own write, which leaves st on the server at revision rv
+// (0: memory only), as our last write, and clears writing.
+func (e *entry) wrote(rv uint64, st stored) {
+	e.writing = nil
 	if rv == 0 || rv <= e.obj.stored.version || (e.written != nil && rv < e.written.version) {
 		return // not kept, or its event already applied: shown() is the view
 	}
-	st := e.shown()
-	if annotation == RestartedForAnnotation {
-		st.recorded, _ = parseDigest(value)
-		st.intent = intent{}
-	} else {
-		st.intent = parseIntent(value)
-	}
-	st.version = rv
+	st.version, st.known = rv, true
 	e.written = &st
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -50,8 +51,9 @@ func TestEachStateHasOneStep(t *testing.T) {
 // TestApplyKeepsTheModelTrue ensures an event updates R, I and the round
 // the way the model needs: our own writes are not undone by events that
 // were on their way, an intent seen while the data differs is outdated for
-// good, and a round ends when the data, the selector, or a peer's record or
-// intent says it is no longer current.
+// good, and a round is marked ended (for its worker to let go) when the
+// data, the selector, or a peer's record or intent says it is no longer
+// current.
 func TestApplyKeepsTheModelTrue(t *testing.T) {
 	d1, d2 := digest{sum: [32]byte{1}}, digest{sum: [32]byte{2}}
 	i2 := parseIntent(d2.text() + "/uid-1")
@@ -66,44 +68,45 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 		// The sweep wrote a second intent before the first one's event came.
 		i2b := parseIntent(d2.text() + "/uid-1,uid-s")
 		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1, i: i2b, written: &stored{recorded: d1, intent: i2b, version: 10, known: true}}
-		e.round = &round{hash: d2, selector: "a=b", intent: i2b.text}
+		e.round, e.ourIntent = &round{hash: d2, selector: "a=b"}, i2b.text
 		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, i2b.text, e.i.text)
-		assert.NotNil(t, e.round)
+		assert.False(t, e.ended)
 		e.apply(object{uid: "u", version: 10, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2b, version: 10, known: true}})
 		assert.Equal(t, i2b.text, e.i.text)
-		assert.NotNil(t, e.round)
+		assert.False(t, e.ended)
 	})
 	t.Run("OurIntentWipedKeepsTheRoundAndWritesItAgain", func(t *testing.T) {
 		e := entry{obj: object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}}, r: d1, i: i2, written: &stored{version: 9}}
-		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
-		e.apply(object{uid: "u", version: 11, hash: d2, selector: "a=b", stored: stored{version: 11, known: true}}) // kubectl replace
-		require.NotNil(t, e.round, "a replace with the same data ends no round")
-		assert.True(t, e.round.rewrite)
+		e.round, e.ourIntent = &round{hash: d2, selector: "a=b", pods: []podRef{{uid: "uid-1"}}}, i2.text
+		v := e.apply(object{uid: "u", version: 11, hash: d2, selector: "a=b", stored: stored{version: 11, known: true}}) // kubectl replace
+		assert.Equal(t, verdictWiped, v)
+		require.False(t, e.ended, "a replace with the same data ends no round")
+		assert.True(t, e.needsIntent(e.round, true), "the intent is written again")
 		assert.False(t, e.i.present())
 		assert.Equal(t, d1, e.r, "R is what the pods ran before the round")
 	})
 	t.Run("OurOwnLateEventIsThePastOfOurRecord", func(t *testing.T) {
 		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1}
-		e.wrote(9, RestartingAnnotation, i2.text)
+		e.wrote(9, stored{recorded: d1, intent: i2})
 		e.r = d2
-		e.wrote(10, RestartedForAnnotation, d2.String())
+		e.wrote(10, stored{recorded: d2})
 		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.Equal(t, stepNothing, e.decide(true), "no second record")
 	})
 	t.Run("OurWriteIsForgottenOnceItsEventIsApplied", func(t *testing.T) {
 		// Every entry would otherwise carry a copy of R and I for good.
 		e := entry{obj: object{uid: "u", version: 8, hash: d2, selector: "a=b", stored: stored{recorded: d1, version: 8, known: true}}, r: d1}
-		e.wrote(9, RestartingAnnotation, i2.text)
+		e.wrote(9, stored{recorded: d1, intent: i2})
 		e.r = d2
-		e.wrote(10, RestartedForAnnotation, d2.String())
+		e.wrote(10, stored{recorded: d2})
 		require.NotNil(t, e.written)
 		e.apply(object{uid: "u", version: 9, hash: d2, selector: "a=b", stored: stored{recorded: d1, intent: i2, version: 9, known: true}})
 		assert.NotNil(t, e.written, "still ahead of the view")
 		e.apply(object{uid: "u", version: 10, hash: d2, selector: "a=b", stored: stored{recorded: d2, version: 10, known: true}})
 		assert.Nil(t, e.written)
 		assert.Equal(t, d2, e.shown().recorded)
-		e.wrote(10, RestartedForAnnotation, d2.String()) // its event came first
+		e.wrote(10, stored{recorded: d2}) // its event came first
 		assert.Nil(t, e.written)
 		assert.Equal(t, stepNothing, e.decide(true))
 	})
@@ -129,16 +132,17 @@ func TestApplyKeepsTheModelTrue(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := entry{obj: object{uid: "u", hash: d2, selector: "a=b", stored: stored{intent: i2, known: true}}, r: d1, i: i2}
-			e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
+			e.round, e.ourIntent = &round{hash: d2, selector: "a=b"}, i2.text
 			e.apply(tt.cm)
-			assert.Nil(t, e.round)
+			assert.True(t, e.ended)
+			assert.NotNil(t, e.round, "the worker lets it go, not apply")
 		})
 	}
 	t.Run("RoundGoesOnOnItsOwnEvents", func(t *testing.T) {
 		e := entry{obj: object{uid: "u", hash: d2, selector: "a=b", stored: stored{recorded: d1, known: true}}, r: d1, i: i2}
-		e.round = &round{hash: d2, selector: "a=b", intent: i2.text}
+		e.round, e.ourIntent = &round{hash: d2, selector: "a=b"}, i2.text
 		e.apply(object{uid: "u", hash: d2, selector: "a=b", stored: stored{intent: i2, recorded: d1, known: true}})
-		assert.NotNil(t, e.round)
+		assert.False(t, e.ended)
 	})
 }
 
@@ -342,4 +346,103 @@ func TestTombstonesAreBounded(t *testing.T) {
 	defer c.mu.Unlock()
 	assert.LessOrEqual(t, len(c.entries), maxTombstones)
 	assert.LessOrEqual(t, len(c.tombstones), maxTombstones)
+}
+
+// TestHaltIsKeptOnTheObject ensures a round that halts marks its intent
+// halted on the object, so that a controller that takes the round over
+// (after a restart or a failover) is halted at once: a RolloutHalted Event
+// that says since when, the gauge at 1 and nothing more restarted, without
+// waiting PROGRESS_DEADLINE again; and that the fix's writes remove the
+// mark.
+func TestHaltIsKeptOnTheObject(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.replaceDeleted(func() bool { return false })
+	rec1 := &fakeRecorder{}
+	c1, _ := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: 50 * time.Millisecond, Events: rec1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c1.Run(ctx); close(done) }()
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
+	handle(t, c1, watch.Modified, cm)
+	require.Eventually(t, hasReason(rec1, "RolloutHalted"), waitFor, time.Millisecond)
+	var mark string
+	require.Eventually(t, func() bool {
+		for _, a := range api.patchedAnnotations() {
+			if v := a[HaltedAnnotation]; v != nil {
+				mark = *v
+			}
+		}
+		return mark != ""
+	}, waitFor, time.Millisecond)
+	assert.True(t, strings.HasPrefix(mark, hashOf(t, v2)+"@"), "the mark names the intent's digest: %s", mark)
+	cancel() // the controller is restarted
+	<-done
+
+	rec2 := &fakeRecorder{}
+	c2, m2 := newTestController(t, api.client(), Config{RecordHash: true, ProgressDeadline: time.Hour, Events: rec2})
+	start(t, c2)
+	cm.intent, cm.annotations = api.intents()[0], map[string]string{HaltedAnnotation: mark}
+	handle(t, c2, watch.Modified, cm)
+	require.Eventually(t, hasReason(rec2, "RolloutHalted"), waitFor, time.Millisecond)
+	assert.Contains(t, eventText(rec2, "RolloutHalted"), "halted since")
+	assert.Equal(t, 1.0, m2.RoundsHalted.Value())
+	assert.Equal(t, []string{"web-1"}, api.deletedPods(), "nothing more restarted")
+
+	api.replaceDeleted(func() bool { return true })
+	patches := len(api.patchedAnnotations())
+	handle(t, c2, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v3, intent: cm.intent, annotations: cm.annotations})
+	require.Eventually(t, func() bool { return m2.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	for _, a := range api.patchedAnnotations()[patches:] {
+		v, ok := a[HaltedAnnotation]
+		assert.True(t, ok && v == nil, "a write of the fix that keeps the mark: %v", a)
+	}
+	assert.Equal(t, 0.0, m2.RoundsHalted.Value())
+}
+
+// TestThrottledEvictionIsRetriedAfterTheServersHint ensures an eviction
+// answered 429 by API priority and fairness (no DisruptionBudget cause, a
+// Retry-After) is not taken for a disruption budget's refusal: it is not
+// counted blocked, the round is retried after the server's hint, and the pod
+// is evicted then.
+func TestThrottledEvictionIsRetriedAfterTheServersHint(t *testing.T) {
+	api := newFakeAPI(t, podsOf("R")...)
+	var throttled atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/eviction") && throttled.Add(1) == 1 {
+			return 429, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}`, true
+		}
+		return 0, "", false
+	}
+	c, m, logs := loggedController(t, api.client(), Config{RecordHash: true, Strategy: StrategyEvict, MaxUnavailable: Budget{Percent: 100}})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.PodEvictions.Value("evicted") == 1 }, waitFor, time.Millisecond)
+	assert.Zero(t, m.PodEvictions.Value("blocked"), "throttling is no disruption budget")
+	assert.Equal(t, uint64(1), m.PodEvictions.Value("error"))
+	assert.Contains(t, logs.String(), "priority and fairness")
+	assert.Contains(t, logs.String(), "retry_in=1s", "the server's hint")
+}
+
+// TestConflictWithoutAReplacementIsRetried ensures a 409 on the intent's
+// PATCH that no replacement of the ConfigMap explains (an admission
+// webhook's answer) is retried with backoff, visibly (a RestartFailed
+// Event), and the round then restarts the pods: only an event showing the
+// object replaced or deleted supersedes a round.
+func TestConflictWithoutAReplacementIsRetried(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var refused atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if isIntentWrite(r) && refused.Add(1) == 1 {
+			return 409, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"admission webhook \"quota.example.com\" denied the request: try again","reason":"Conflict","code":409}`, true
+		}
+		return 0, "", false
+	}
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.deletedPods())
+	assert.Contains(t, eventText(rec, "RestartFailed"), "no event shows it replaced or deleted")
+	assert.GreaterOrEqual(t, m.Reconciles.Value(resultError), uint64(1))
 }

@@ -111,7 +111,7 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 // restartIndexed restarts the pods a round took from the index at once,
 // then sweeps.
 func (c *Controller) restartIndexed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	if c.needsIntent(r) {
+	if c.needsIntent(key, r) {
 		// I before the first restart: a round cut short leaves it behind.
 		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
 			return err

@@ -99,7 +99,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	others := c.otherRounds(obj.namespace, r)
 	var wg sync.WaitGroup
 	var intentErr error
-	if c.needsIntent(r) {
+	if c.needsIntent(key, r) {
 		// I before the first restart: a round cut short leaves it behind.
 		wg.Go(func() { intentErr = c.writeIntent(ctx, key, obj, r, r.pods, log) })
 	}
@@ -110,11 +110,14 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if intentErr != nil {
 		return intentErr
 	}
+	if !r.haltFound.IsZero() {
+		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
+	}
 	chosen := c.choose(b, r, others, view, pending, time.Now())
 	c.sayEstimate(b, obj, r, log)
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, obj, r, chosen, log)
-	c.judgeProgress(key, obj, r, view, done, r.count(podRestarted) > restarted, log)
+	c.judgeProgress(ctx, key, obj, r, view, done, r.count(podRestarted) > restarted, log)
 	if err != nil {
 		return err
 	}
@@ -243,9 +246,10 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 
 // choose returns the pending pods this wave restarts, and counts them in
 // flight: a halted round whose replacements are not available (frozen)
-// none; else every bare pod and every one that serves nothing (first),
-// then those that need the budget while every round that selects them
-// allows one more unavailable pod. In a dry run, where nothing changes
+// none; else, of those no other round is restarting now, every bare pod
+// and every one that serves nothing (first), then those that need the
+// budget while every round that selects them allows one more unavailable
+// pod. In a dry run, where nothing changes
 // between waves, and at 100 %, it takes them all.
 func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time) []int {
 	if c.cfg.DryRun || c.cfg.MaxUnavailable.all() {
@@ -265,6 +269,9 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 	r.allowed = tallies[r].allowed
 	var chosen, budgeted []int
 	for _, i := range pending {
+		if other, ok := b.inFlight[r.pods[i].uid]; ok && other.by != r.key {
+			continue // another object's round restarts it now: it is done with once the view shows so
+		}
 		if needsBudget(byUID[r.pods[i].uid], c.cfg.MinReadySeconds, now) {
 			budgeted = append(budgeted, i)
 		} else {
@@ -292,7 +299,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		chosen = append(chosen, i)
 	}
 	for _, i := range chosen {
-		b.inFlight[r.pods[i].uid] = now
+		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key}
 	}
 	return chosen
 }
@@ -339,10 +346,14 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 }
 
 // judgeProgress halts round r once no restart has been possible for
-// ProgressDeadline, and resumes it at its next restart; done pods were done
-// with before this wave. Halted, it keeps its intent and goes on looking.
-func (c *Controller) judgeProgress(key string, obj object, r *round, view []livePod, done int, moved bool, log *slog.Logger) {
+// ProgressDeadline, or at once when it resumed an intent the object shows
+// halted, and resumes it at its next restart; done pods were done with
+// before this wave. Halted, it keeps its intent, marks it halted on the
+// object (writeHalt) and goes on looking.
+func (c *Controller) judgeProgress(ctx context.Context, key string, obj object, r *round, view []livePod, done int, moved bool, log *slog.Logger) {
 	now := time.Now()
+	found := r.haltFound
+	r.haltFound = time.Time{}
 	if moved {
 		r.progress = now
 		if r.halted {
@@ -352,11 +363,16 @@ func (c *Controller) judgeProgress(key string, obj object, r *round, view []live
 		}
 		return
 	}
-	if r.halted || now.Sub(r.progress) < c.cfg.ProgressDeadline {
+	if found.IsZero() && (r.halted || now.Sub(r.progress) < c.cfg.ProgressDeadline) {
 		return
 	}
 	c.setHalted(key, r, true)
 	why := c.stalled(r, view, now)
+	if !found.IsZero() {
+		why = fmt.Sprintf("halted since %s, as the object records; %s", found.UTC().Format(time.RFC3339), why)
+	} else {
+		c.writeHalt(ctx, key, obj, r, now, log)
+	}
 	log.Error("round halted: no restart possible", obj.dataAttr(), "why", why, "progress_deadline", c.cfg.ProgressDeadline)
 	c.event(obj, events.Warning, "RolloutHalted", fmt.Sprintf("Halted after %d of %d pods: %s. The round keeps its intent and goes on by itself when pods become Ready; a new data change restarts the pods that are not Ready first.",
 		len(r.pods)-r.count(podPending), len(r.pods), why))
@@ -391,7 +407,7 @@ func (c *Controller) setHalted(key string, r *round, halted bool) {
 // ConfigMap deleted) and sets the gauge. c.mu must be held.
 func (c *Controller) pruneHalted() {
 	for key, r := range c.halted {
-		if e := c.entries[key]; e == nil || e.round != r {
+		if e := c.entries[key]; e == nil || e.round != r || e.ended {
 			delete(c.halted, key)
 		}
 	}

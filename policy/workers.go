@@ -43,6 +43,19 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	stopAct := time.AfterFunc(grace(), cancelAct)
 	defer stopAct.Stop()
 	wg.Wait()
+	c.endTerm()
+}
+
+// endTerm lets every round go once the term's workers have returned: a
+// standby runs none and reports none halted, and the next term, here or
+// on another replica, resumes each from its intent on the object.
+func (c *Controller) endTerm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		e.round, e.ended, e.ourIntent = nil, false, ""
+	}
+	c.pruneHalted()
 }
 
 // enqueueAll queues every known ConfigMap that needs action, for a new
