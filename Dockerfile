@@ -2,7 +2,8 @@
 #
 # config-watcher image: a static Go binary on distroless, running as 65532:65532.
 #
-#   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/k8spatterns/config-watcher:v0.1.0 .
+#   docker build --build-arg VERSION=v0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     -t ghcr.io/k8spatterns/config-watcher:v0.1.0 .
 #
 # For those who build with Docker. The released images are not built from this file:
 # `make release` assembles them without Docker, for linux/amd64 and linux/arm64, with a
@@ -22,13 +23,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 COPY . .
 ARG VERSION=dev
+# The commit, for --version and config_watcher_build_info; empty: the one the go command
+# records from .git, if it can.
+ARG REVISION=
 ARG TARGETOS TARGETARCH
 # Static (no cgo), reproducible paths (-trimpath), no symbol table or DWARF (-s -w).
 # The Go compiler cross-compiles, so the build runs on the build host's platform.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/config-watcher .
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${REVISION}" -o /out/config-watcher .
 
 # distroless/static rather than scratch: same single binary, plus ca-certificates,
 # tzdata, /etc/passwd with the nonroot user and a /tmp, and a base that Google rebuilds

@@ -2,8 +2,9 @@
 #
 # `make test` is what CI runs (.ci/run): go vet (actionlint included), the unit tests with
 # the race detector (every fuzz target's seed corpus included; no exploration, so the same
-# tree gives the same result), the release built twice and its files checked, the
-# compose check, the e2e suite on a real local control plane (built once,
+# tree gives the same result), the monitoring component's queries checked against
+# Prometheus's parser and engine (hack/promcheck), the release built twice and its files
+# checked, the compose check, the e2e suite on a real local control plane (built once,
 # 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md), then the
 # e2e-node suite on a real kubelet (its binaries: 17-40 min cold, cached the same way).
 # `make fuzz` explores every fuzz target for FUZZ_TIME each; it is not in `make test`: run it
@@ -18,19 +19,21 @@ E2E_FLAGS ?= -count=1 -v -timeout 20m
 # make e2e-node: the node tests to run (a go test -run pattern), e.g. E2E_NODE_RUN=TestNodeWaves.
 E2E_NODE_RUN ?= TestNode
 FUZZ_TIME ?= 30s
+# make uninstall: the namespace config-watcher runs in.
+NAMESPACE ?= default
 # make release: the version to build, and the image repository the install files name.
 VERSION   ?=
 IMAGE     ?= ghcr.io/k8spatterns/config-watcher
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit release release-test fuzz compose-check test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
-	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 ##@ try
-demo: ## the book's scenario, narrated, on a local control plane (cold: builds it first, 15-25 min)
+demo: ## the book's scenario, narrated, on a local control plane: waves, a halt, the fix (about 2 min; cold: builds it first, 15-25 min)
 	bash hack/demo.sh
 
 demo-node: image-e2e release-e2e ## the book's demo on a real kubelet, installed from a release: the pods serve the new message (root; ~40 s warm, cold: builds the node, 17-40 min)
@@ -52,7 +55,7 @@ unit: ## unit tests with the race detector, every fuzz target's seed corpus incl
 compose-check: ## validate docker-compose.yaml offline (no engine needed)
 	bash hack/check-compose.sh
 
-test: vet unit image-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, release-test, compose-check, e2e, e2e-node (root; about 15 min warm)
+test: vet unit image-test monitoring-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, e2e, e2e-node (root; about 15 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
@@ -60,8 +63,15 @@ image: ## bin/images/config-watcher.tar without Docker (docker load, kind load i
 image-test: ## vet and unit tests of hack/image, a module of its own (the workflows' names and paths included)
 	cd hack/image && $(GO) vet ./... && $(GO) vet -tags release ./... && $(GO) test -count=1 ./...
 
+monitoring-test: ## hack/promcheck, a module of its own: every alert and dashboard query of manifests/monitoring parses (Prometheus's parser), names what the controller exports, and fires when it should (cold: 5 min)
+	cd hack/promcheck && $(GO) vet ./... && $(GO) test -count=1 ./...
+
 clean: ## remove build output (not the cached control plane)
 	rm -rf bin dist
+
+##@ your cluster (the current kubeconfig's)
+uninstall: ## remove config-watcher and all it left from the cluster of your kubeconfig: stops it first, then its Lease, annotations, state, Events, objects (NAMESPACE=default: the controller's)
+	NAMESPACE=$(NAMESPACE) bash hack/uninstall.sh
 
 ##@ release
 release: ## dist/ for VERSION=vX.Y.Z [IMAGE=repo]: both platforms' images, install.yaml by digest, SBOM, SHA256SUMS (docs/deployment.md)

@@ -10,16 +10,12 @@ import (
 	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
-// access is one permission the controller needs, as a SelfSubjectAccessReview
-// asks for it.
-type access struct{ verb, resource string }
-
-// secretAccess is what watching Secrets needs; writes: their state
+// secretAccess is what watching Secrets in ns needs; writes: their state
 // ConfigMaps are created (patch on configmaps is in the base Role).
-func secretAccess(writes bool) []access {
-	need := []access{{"list", "secrets"}, {"watch", "secrets"}}
+func secretAccess(ns string, writes bool) []apiclient.Access {
+	need := []apiclient.Access{{Verb: "list", Resource: "secrets", Namespace: ns}, {Verb: "watch", Resource: "secrets", Namespace: ns}}
 	if writes {
-		need = append(need, access{"create", "configmaps"})
+		need = append(need, apiclient.Access{Verb: "create", Resource: "configmaps", Namespace: ns})
 	}
 	return need
 }
@@ -31,8 +27,8 @@ func secretAccess(writes bool) []access {
 // reported (the watch's own errors are).
 func reportSecretAccess(ctx context.Context, client *apiclient.Client, namespaces []string, writes bool, log *slog.Logger) {
 	for _, ns := range namespaces {
-		for _, a := range secretAccess(writes) {
-			allowed, err := mayI(ctx, client, ns, a)
+		for _, a := range secretAccess(ns, writes) {
+			allowed, err := mayI(ctx, client, a)
 			if err != nil || allowed {
 				continue
 			}
@@ -40,20 +36,20 @@ func reportSecretAccess(ctx context.Context, client *apiclient.Client, namespace
 			if ns == "" {
 				where = "*"
 			}
-			log.Error("missing RBAC for Secrets", "namespace", where, "verb", a.verb, "resource", a.resource,
-				"fix", "add the manifests/secrets component (manifests/cluster-wide/secrets for WATCH_NAMESPACE=*), or set WATCH_SECRETS=false; ConfigMaps are watched meanwhile")
+			log.Error("missing RBAC for Secrets", "namespace", where, "verb", a.Verb, "resource", a.Resource,
+				"fix", "add the manifests/secrets component (manifests/cluster-wide/secrets for WATCH_NAMESPACE=*), or set WATCH_SECRETS=false; ConfigMaps are watched meanwhile",
+				"rule", a.Rule())
 		}
 	}
 }
 
-// mayI asks the API server whether the controller may do a in namespace ns
-// ("" for every namespace).
-func mayI(ctx context.Context, client *apiclient.Client, ns string, a access) (bool, error) {
+// mayI asks the API server whether the controller may do a.
+func mayI(ctx context.Context, client *apiclient.Client, a apiclient.Access) (bool, error) {
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": "authorization.k8s.io/v1",
 		"kind":       "SelfSubjectAccessReview",
 		"spec": map[string]any{"resourceAttributes": map[string]string{
-			"namespace": ns, "verb": a.verb, "resource": a.resource,
+			"namespace": a.Namespace, "verb": a.Verb, "group": a.Group, "resource": a.Resource,
 		}},
 	})
 	if err != nil {

@@ -54,11 +54,22 @@ type config struct {
 // setting is one environment variable and its flag twin.
 type setting struct {
 	env, flag, def, help string
-	apply                func(c *config, v string) error
+	value                value
 }
 
+// value reads a setting's text, from its variable or its flag alike, into
+// the config. kind names what it takes in --help: bool, int, duration,
+// string, or the choices (text|json).
+type value struct {
+	kind  string
+	apply func(c *config, v string) error
+}
+
+// text is a setting whose value is a string the function checks.
+func text(apply func(c *config, v string) error) value { return value{"string", apply} }
+
 var settings = []setting{
-	{"WATCH_NAMESPACE", "watch-namespace", "default", "namespaces whose ConfigMaps are watched: one, a comma-separated list, or * for all (one cluster-wide watch; needs a ClusterRole)", func(c *config, v string) error {
+	{"WATCH_NAMESPACE", "watch-namespace", "default", "namespaces whose ConfigMaps are watched: one, a comma-separated list, or * for all (one cluster-wide watch; needs a ClusterRole)", text(func(c *config, v string) error {
 		if v == "*" {
 			c.Namespaces = []string{""}
 			return nil
@@ -75,58 +86,56 @@ var settings = []setting{
 			c.Namespaces = append(c.Namespaces, ns)
 		}
 		return nil
-	}},
-	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", func(c *config, v string) error {
+	})},
+	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", text(func(c *config, v string) error {
 		if v != "" && k8sname.Label(v) != nil {
 			return errors.New("must be a namespace name (a DNS-1123 label)")
 		}
 		c.LeaseNamespace = v
 		return nil
-	}},
-	{"API_URL", "api-url", "http://localhost:8001", "base URL of the API server, normally the kubectl proxy ambassador", func(c *config, v string) error {
+	})},
+	{"API_URL", "api-url", "http://localhost:8001", "base URL of the API server, normally the kubectl proxy ambassador", text(func(c *config, v string) error {
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return errors.New("must be an http:// or https:// URL with a host")
 		}
 		c.APIURL = v
 		return nil
-	}},
-	{"SELECTOR_ANNOTATION", "selector-annotation", "k8spatterns.io/podDeleteSelector", "annotation on a ConfigMap that holds the label selector of the pods to restart", func(c *config, v string) error {
+	})},
+	{"SELECTOR_ANNOTATION", "selector-annotation", "k8spatterns.io/podDeleteSelector", "annotation on a ConfigMap that holds the label selector of the pods to restart", text(func(c *config, v string) error {
 		if err := selector.ValidateKey(v); err != nil {
 			return fmt.Errorf("must be an annotation key: %w", err)
 		}
 		c.SelectorAnnotation = v
 		return nil
-	}},
-	{"HTTP_ADDR", "http-addr", ":8080", "address serving /healthz, /readyz and /metrics", func(c *config, v string) error {
+	})},
+	{"HTTP_ADDR", "http-addr", ":8080", "address serving /healthz, /readyz and /metrics", text(func(c *config, v string) error {
 		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
 			return errors.New("must be host:port or :port")
 		}
 		c.HTTPAddr = v
 		return nil
-	}},
-	{"LOG_FORMAT", "log-format", "text", "log format: text or json", oneOf(func(c *config) *string { return &c.LogFormat }, "text", "json")},
-	{"LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", func(c *config, v string) error {
-		return c.LogLevel.UnmarshalText([]byte(v))
-	}},
-	{"POD_NAME", "pod-name", "", "name of the controller's own pod, which it never deletes (from the Downward API)", func(c *config, v string) error {
+	})},
+	{"LOG_FORMAT", "log-format", "text", "log format", oneOf(func(c *config, v string) { c.LogFormat = v }, "text", "json")},
+	{"LOG_LEVEL", "log-level", "info", "least severe level logged", oneOf(func(c *config, v string) { c.LogLevel = logLevels[v] }, "debug", "info", "warn", "error")},
+	{"POD_NAME", "pod-name", "", "name of the controller's own pod, which it never deletes (from the Downward API)", text(func(c *config, v string) error {
 		c.PodName = v
 		return nil
-	}},
+	})},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
 	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
-	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key (32 bytes or more) of the digests of Secret data; required with WATCH_SECRETS", func(c *config, v string) error {
+	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key (32 bytes or more) of the digests of Secret data; required with WATCH_SECRETS", text(func(c *config, v string) error {
 		c.DigestKeyFile = v
 		return nil
-	}},
+	})},
 	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
-	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config) *string { return &c.RestartStrategy }, "delete", "evict")},
-	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts, counting pods down for any reason: a number, or a percentage of the pods their owners expect, rounded down (at least 1); pods that serve nothing (crash-looping, or not Ready for 10s) are restarted first, outside it; 100% restarts all at once", func(c *config, v string) error {
+	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config, v string) { c.RestartStrategy = v }, "delete", "evict")},
+	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts, counting pods down for any reason: a number, or a percentage of the pods their owners expect, rounded down (at least 1); pods that serve nothing (crash-looping, or not Ready for 10s) are restarted first, outside it; 100% restarts all at once", text(func(c *config, v string) error {
 		b, err := policy.ParseBudget(v)
 		c.MaxUnavailable = b
 		return err
-	}},
+	})},
 	{"MIN_READY_SECONDS", "min-ready-seconds", "0", "seconds a pod must have been Ready to count as available in the restart budget (as a Deployment's minReadySeconds)", intSetting(0, 3600, func(c *config) *int { return &c.MinReadySeconds })},
 	{"PROGRESS_DEADLINE", "progress-deadline", "10m", "a round that could restart no pod for this long halts (Warning Event RolloutHalted) and goes on when pods become Ready; replacements not Ready this long after the last restart get a ReplacementsNotReady Event", durationSetting(time.Second, 24*time.Hour, "1s to 24h", func(c *config) *time.Duration { return &c.ProgressDeadline })},
 	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
@@ -134,65 +143,70 @@ var settings = []setting{
 	{"POD_INDEX", "pod-index", "true", "keep a metadata-only index of pods from a pod watch, so restarts begin without a LIST first (needs watch on pods); false lists pods for each round", boolSetting(func(c *config) *bool { return &c.PodIndex })},
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
-	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", func(c *config, v string) error {
+	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", text(func(c *config, v string) error {
 		if k8sname.Subdomain(v) != nil {
 			return errors.New("must be a Lease name (a DNS-1123 subdomain)")
 		}
 		c.LeaseName = v
 		return nil
-	}},
+	})},
 	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", leaseTime(func(c *config) *time.Duration { return &c.LeaseDuration })},
 	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", leaseTime(func(c *config) *time.Duration { return &c.RenewDeadline })},
 	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", leaseTime(func(c *config) *time.Duration { return &c.RetryPeriod })},
 }
 
-func boolSetting(field func(c *config) *bool) func(c *config, v string) error {
-	return func(c *config, v string) error {
+func boolSetting(field func(c *config) *bool) value {
+	return value{"bool", func(c *config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return errors.New("must be true or false")
 		}
 		*field(c) = b
 		return nil
-	}
+	}}
 }
 
-func intSetting(lo, hi int, field func(c *config) *int) func(c *config, v string) error {
-	return func(c *config, v string) error {
+func intSetting(lo, hi int, field func(c *config) *int) value {
+	return value{"int", func(c *config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < lo || n > hi {
 			return fmt.Errorf("must be a whole number from %d to %d", lo, hi)
 		}
 		*field(c) = n
 		return nil
-	}
+	}}
 }
 
-func durationSetting(lo, hi time.Duration, bounds string, field func(c *config) *time.Duration) func(c *config, v string) error {
-	return func(c *config, v string) error {
+func durationSetting(lo, hi time.Duration, bounds string, field func(c *config) *time.Duration) value {
+	return value{"duration", func(c *config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < lo || d > hi {
 			return fmt.Errorf("must be a duration from %s", bounds)
 		}
 		*field(c) = d
 		return nil
-	}
+	}}
 }
 
 // leaseTime is the range of the durations of leader election.
-func leaseTime(field func(c *config) *time.Duration) func(c *config, v string) error {
+func leaseTime(field func(c *config) *time.Duration) value {
 	return durationSetting(100*time.Millisecond, 10*time.Minute, "100ms to 10m", field)
 }
 
-func oneOf(field func(c *config) *string, values ...string) func(c *config, v string) error {
-	return func(c *config, v string) error {
-		if !slices.Contains(values, v) {
-			return fmt.Errorf("must be %s", strings.Join(values, " or "))
+// oneOf takes one of choices, in any case, and sets it as written there.
+func oneOf(set func(c *config, v string), choices ...string) value {
+	return value{strings.Join(choices, "|"), func(c *config, v string) error {
+		for _, choice := range choices {
+			if strings.EqualFold(v, choice) {
+				set(c, choice)
+				return nil
+			}
 		}
-		*field(c) = v
-		return nil
-	}
+		return fmt.Errorf("must be one of %s (any case)", strings.Join(choices, ", "))
+	}}
 }
+
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 
 // validate checks what involves several settings, reads the digest key,
 // and fills LeaseNamespace.
@@ -224,6 +238,14 @@ func (c *config) validate() error {
 	return c.election().Validate()
 }
 
+// watched names the namespaces watched as WATCH_NAMESPACE does.
+func (c *config) watched() string {
+	if len(c.Namespaces) == 1 && c.Namespaces[0] == "" {
+		return "*"
+	}
+	return strings.Join(c.Namespaces, ",")
+}
+
 // election is the leader election's configuration.
 func (c *config) election() leader.Config {
 	return leader.Config{
@@ -236,21 +258,24 @@ func (c *config) election() leader.Config {
 	}
 }
 
+// errVersion: --version was given; nothing is to run.
+var errVersion = errors.New("--version given")
+
 // loadConfig reads each setting from its flag if given, else from its
 // environment variable if set (even to ""), else its default.
 func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("config-watcher", flag.ContinueOnError)
 	fs.SetOutput(out)
 	for _, s := range settings {
-		fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+		fs.Var(&flagText{isBool: s.value.kind == "bool"}, s.flag, s.help)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(out, "config-watcher restarts pods when the data of a ConfigMap that selects them changes.\n\n")
-		fmt.Fprintf(out, "Every setting is an environment variable with a flag twin; a flag wins.\n\n")
-		fs.PrintDefaults()
-	}
+	showVersion := fs.Bool("version", false, "print the version, the commit and the Go version, and exit")
+	fs.Usage = func() { usage(out) }
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if *showVersion {
+		return config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -266,7 +291,7 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 		} else if ev, ok := lookupEnv(s.env); ok {
 			v, source = ev, s.env
 		}
-		if err := s.apply(&c, v); err != nil {
+		if err := s.value.apply(&c, v); err != nil {
 			return config{}, fmt.Errorf("%s=%q (from %s): %w", s.env, v, source, err)
 		}
 	}
@@ -279,4 +304,35 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 		return config{}, err
 	}
 	return c, nil
+}
+
+// flagText holds a flag's text as given, so that it is read by the same code
+// and with the same errors as its variable's. A bool flag may stand alone:
+// --dry-run is --dry-run=true.
+type flagText struct {
+	text   string
+	isBool bool
+}
+
+func (f *flagText) String() string     { return f.text }
+func (f *flagText) Set(v string) error { f.text = v; return nil }
+func (f *flagText) IsBoolFlag() bool   { return f.isBool }
+
+// usage prints --help: each setting in the order of the table, with what it
+// takes, its variable and its default.
+func usage(out io.Writer) {
+	fmt.Fprintf(out, "config-watcher restarts pods when the data of a ConfigMap that selects them changes.\n\n")
+	fmt.Fprintf(out, "Every setting is an environment variable with a flag twin; a flag wins.\n\n")
+	for _, s := range settings {
+		takes := " " + s.value.kind
+		if s.value.kind == "bool" {
+			takes = "" // --flag alone is true; --flag=false
+		}
+		def := s.def
+		if s.value.kind == "string" {
+			def = strconv.Quote(def)
+		}
+		fmt.Fprintf(out, "  --%s%s\n    \t%s (env %s, default %s)\n", s.flag, takes, s.help, s.env, def)
+	}
+	fmt.Fprintf(out, "  --version\n    \tprint the version, the commit and the Go version, and exit\n")
 }

@@ -22,7 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,8 +38,9 @@ import (
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version and commit are stamped at build time with
+// -ldflags "-X main.version=… -X main.commit=…".
+var version, commit = "dev", ""
 
 func main() { os.Exit(cli(os.Args[1:])) }
 
@@ -48,17 +49,44 @@ func main() { os.Exit(cli(os.Args[1:])) }
 func cli(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, args, os.LookupEnv, os.Stderr, nil); err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err := run(ctx, args, os.LookupEnv, os.Stdout, os.Stderr, nil); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "config-watcher: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
+// revision is the commit the binary was built from: the stamped one, else
+// the one the go command recorded (with -dirty for a modified tree), else
+// "unknown".
+func revision() string {
+	if commit != "" {
+		return commit
+	}
+	rev, dirty := "unknown", ""
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return rev
+	}
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	return rev + dirty
+}
+
 // run wires the parts together and blocks until ctx is done. ready, if not
 // nil, receives the HTTP address once it listens (for tests).
-func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stderr io.Writer, ready chan<- string) error {
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, ready chan<- string) error {
 	cfg, err := loadConfig(args, lookupEnv, stderr)
+	if errors.Is(err, errVersion) {
+		fmt.Fprintf(stdout, "config-watcher %s (commit %s, %s, %s/%s)\n", version, revision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -80,7 +108,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return err
 	}
 	reg := metrics.NewRegistry()
-	reg.NewInfo("config_watcher_build_info", "Build information.", map[string]string{"version": version, "goversion": runtime.Version()})
+	reg.NewInfo("config_watcher_build_info", "Build information.", map[string]string{"version": version, "revision": revision(), "goversion": runtime.Version()})
+	reg.RegisterProcess(os.DirFS("/"))
+	reg.RegisterGoRuntime()
 
 	leading := reg.NewGauge("config_watcher_leader", "1 while this replica may act (always, without leader election).")
 	pcfg := policy.Config{
@@ -165,8 +195,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return fmt.Errorf("HTTP_ADDR: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", probe(lws, (*watch.ListWatcher).Alive, "watch loop not running"))
-	mux.Handle("GET /readyz", probe(lws, (*watch.ListWatcher).Ready, "initial list not done or watch down"))
+	mux.Handle("GET /healthz", probe(lws, notAlive))
+	mux.Handle("GET /readyz", probe(lws, (*watch.ListWatcher).Unready))
 	mux.Handle("GET /metrics", reg)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -178,7 +208,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		ready <- ln.Addr().String()
 	}
 
-	log.Info("starting", "version", version, "namespaces", strings.Join(cfg.Namespaces, ","), "api_url", cfg.APIURL,
+	log.Info("starting", "version", version, "namespaces", cfg.watched(), "api_url", cfg.APIURL,
 		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "min_ready_seconds", cfg.MinReadySeconds, "pod_index", cfg.PodIndex, "watch_secrets", cfg.WatchSecrets, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	if cfg.WatchSecrets {
 		go reportSecretAccess(ctx, client, cfg.Namespaces, cfg.RecordHash && !cfg.DryRun, log)
@@ -221,13 +251,28 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	return nil
 }
 
-// probe answers "ok" while ok holds for every loop, else 503 and why.
-func probe(lws []*watch.ListWatcher, ok func(*watch.ListWatcher) bool, why string) http.HandlerFunc {
+// probe answers "ok" while why says nothing of every loop, else 503 and,
+// for each loop that is not ok, its path and why.
+func probe(lws []*watch.ListWatcher, why func(*watch.ListWatcher) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		if slices.ContainsFunc(lws, func(lw *watch.ListWatcher) bool { return !ok(lw) }) {
-			http.Error(w, why, http.StatusServiceUnavailable)
+		var not []string
+		for _, lw := range lws {
+			if reason := why(lw); reason != "" {
+				not = append(not, lw.Path()+": "+reason)
+			}
+		}
+		if len(not) > 0 {
+			http.Error(w, strings.Join(not, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	}
+}
+
+// notAlive is /healthz's reason: the loop is not running.
+func notAlive(lw *watch.ListWatcher) string {
+	if lw.Alive() {
+		return ""
+	}
+	return "watch loop not running"
 }

@@ -3,15 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"github.com/k8spatterns/config-watcher/policy"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,11 +61,13 @@ func TestLoadConfig(t *testing.T) {
 		{name: "NamespaceList", env: map[string]string{"WATCH_NAMESPACE": "a, b,c", "LEADER_ELECT": "true", "POD_NAME": "p"},
 			check: func(t *testing.T, c config) {
 				assert.Equal(t, []string{"a", "b", "c"}, c.Namespaces)
+				assert.Equal(t, "a,b,c", c.watched(), "as the start line names them")
 				assert.Equal(t, "a", c.LeaseNamespace, "the Lease lives in the first namespace")
 			}},
 		{name: "AllNamespaces", env: map[string]string{"WATCH_NAMESPACE": "*", "LEADER_ELECT": "true", "POD_NAME": "p", "LEASE_NAMESPACE": "cw"},
 			check: func(t *testing.T, c config) {
 				assert.Equal(t, []string{""}, c.Namespaces)
+				assert.Equal(t, "*", c.watched(), "as the start line names them")
 				assert.Equal(t, "cw", c.LeaseNamespace)
 			}},
 		{name: "AllNamespacesElectionNeedsLeaseNamespace", env: map[string]string{"WATCH_NAMESPACE": "*", "LEADER_ELECT": "true", "POD_NAME": "p"}, wantErr: "needs LEASE_NAMESPACE"},
@@ -75,7 +81,21 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadAnnotation", env: map[string]string{"SELECTOR_ANNOTATION": "not a key"}, wantErr: "SELECTOR_ANNOTATION"},
 		{name: "BadHTTPAddr", env: map[string]string{"HTTP_ADDR": "8080"}, wantErr: "HTTP_ADDR"},
 		{name: "BadLogFormat", env: map[string]string{"LOG_FORMAT": "xml"}, wantErr: "LOG_FORMAT"},
-		{name: "BadLogLevel", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: "LOG_LEVEL"},
+		{name: "BadLogLevelListsTheLevels", env: map[string]string{"LOG_LEVEL": "verbose"}, wantErr: `LOG_LEVEL="verbose" (from LOG_LEVEL): must be one of debug, info, warn, error (any case)`},
+		{name: "LogLevelAndFormatInAnyCase", env: map[string]string{"LOG_LEVEL": "Warn", "LOG_FORMAT": "JSON", "RESTART_STRATEGY": "Evict"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, slog.LevelWarn, c.LogLevel)
+				assert.Equal(t, "json", c.LogFormat)
+				assert.Equal(t, "evict", c.RestartStrategy)
+			}},
+		{name: "BoolFlagAloneIsTrue", args: []string{"--dry-run", "-watch-secrets=false"}, env: map[string]string{"WATCH_SECRETS": "true"},
+			check: func(t *testing.T, c config) {
+				assert.True(t, c.DryRun)
+				assert.False(t, c.WatchSecrets, "--flag=false overrides the variable")
+			}},
+		{name: "BadBoolFlagNamesFlag", args: []string{"--dry-run=perhaps"}, wantErr: `DRY_RUN="perhaps" (from --dry-run): must be true or false`},
+		{name: "DurationFlag", args: []string{"--progress-deadline", "90s"},
+			check: func(t *testing.T, c config) { assert.Equal(t, 90*time.Second, c.ProgressDeadline) }},
 		{name: "BadRecordHash", env: map[string]string{"RECORD_HASH": "maybe"}, wantErr: "RECORD_HASH"},
 		{name: "BadWorkers", env: map[string]string{"WORKERS": "0"}, wantErr: `WORKERS="0" (from WORKERS): must be a whole number from 1 to 64`},
 		{name: "BadShutdownTimeout", env: map[string]string{"SHUTDOWN_TIMEOUT": "1h"}, wantErr: "SHUTDOWN_TIMEOUT"},
@@ -141,37 +161,69 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-// TestHelpListsEverySetting ensures --help names each environment variable.
-func TestHelpListsEverySetting(t *testing.T) {
+// TestHelpListsEverySettingWithWhatItTakes ensures --help names each
+// setting's flag with what it takes (a bool flag nothing), its variable and
+// its default, in the order of the settings table, and --version.
+func TestHelpListsEverySettingWithWhatItTakes(t *testing.T) {
 	var out bytes.Buffer
 	_, err := loadConfig([]string{"--help"}, func(string) (string, bool) { return "", false }, &out)
 	require.ErrorIs(t, err, flag.ErrHelp)
+	help := out.String()
+	for _, want := range []string{
+		"  --dry-run\n", "(env DRY_RUN, default false)",
+		"  --shutdown-timeout duration\n", "(env SHUTDOWN_TIMEOUT, default 10s)",
+		"  --workers int\n", "  --log-level debug|info|warn|error\n", "  --watch-namespace string\n",
+		`(env LEASE_NAMESPACE, default "")`, "  --version\n",
+	} {
+		assert.Contains(t, help, want)
+	}
+	last := -1
 	for _, s := range settings {
-		assert.Contains(t, out.String(), "env "+s.env)
+		i := strings.Index(help, "(env "+s.env+",")
+		assert.Greater(t, i, last, "%s is missing or out of the table's order", s.env)
+		last = i
 	}
 }
 
+// TestVersionPrintsVersionCommitAndGo ensures --version prints the stamped
+// version, the commit and the Go version on stdout and runs nothing.
+func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
+	defer func(v, c string) { version, commit = v, c }(version, commit)
+	version, commit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
+	var stdout, stderr bytes.Buffer
+	nothing := func(string) (string, bool) { return "", false }
+	require.NoError(t, run(context.Background(), []string{"--version"}, nothing, &stdout, &stderr, nil))
+	assert.Equal(t, "config-watcher v1.2.3 (commit 0123456789abcdef0123456789abcdef01234567, "+runtime.Version()+", "+runtime.GOOS+"/"+runtime.GOARCH+")\n", stdout.String())
+	assert.Empty(t, stderr.String())
+}
+
 // fakeCluster answers the requests of one scenario: a list (streamed on the
-// watch, or paged) with one annotated ConfigMap, a watch that delivers a data change and then stays
-// open, and the pod calls that follow.
+// watch, or paged) with one annotated ConfigMap, a watch that delivers a data
+// change and then stays open, and the pod and state calls that follow. A PATCH
+// of the ConfigMap's annotations is applied, as the API server applies a merge
+// patch, so the controller reads back the intent and record it wrote.
 type fakeCluster struct {
-	mu      sync.Mutex
-	deletes []string
-	patches int
-	cmLists int // paged ConfigMap LISTs
+	mu          sync.Mutex
+	deletes     []string
+	patches     int
+	cmLists     int               // paged ConfigMap LISTs
+	annotations map[string]string // what the PATCHes left beside the selector
 }
 
 const (
 	cmV1 = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"webapp-config","namespace":"ns","uid":"u1","resourceVersion":"10","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"Hello"}}`
 	cmV2 = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"webapp-config","namespace":"ns","uid":"u1","resourceVersion":"11","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"Hello again"}}`
+	pods = `{"kind":"PodList","metadata":{"resourceVersion":"11"},"items":[` +
+		`{"metadata":{"name":"webapp-1","namespace":"ns","uid":"p1","resourceVersion":"5","labels":{"app":"webapp"}},"status":{"phase":"Running"}},` +
+		`{"metadata":{"name":"webapp-2","namespace":"ns","uid":"p2","resourceVersion":"6","labels":{"app":"webapp"}},"status":{"phase":"Running"}}]}`
 )
 
 func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	switch {
-	case r.URL.Path == "/api/v1/namespaces/ns/configmaps" && q.Get("watch") == "true":
+	case q.Get("watch") == "true":
 		w.WriteHeader(http.StatusOK)
-		if q.Get("resourceVersion") == "10" {
+		if r.URL.Path == "/api/v1/namespaces/ns/configmaps" && q.Get("resourceVersion") == "10" {
 			fmt.Fprintf(w, `{"type":"MODIFIED","object":%s}`+"\n", cmV2)
 		}
 		w.(http.Flusher).Flush()
@@ -182,20 +234,43 @@ func (f *fakeCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[%s]}`, cmV1)
 	case r.URL.Path == "/api/v1/namespaces/ns/pods" && r.Method == http.MethodGet:
-		fmt.Fprint(w, `{"kind":"PodList","metadata":{},"items":[{"metadata":{"name":"webapp-1","uid":"p1","labels":{"app":"webapp"}}},{"metadata":{"name":"webapp-2","uid":"p2","labels":{"app":"webapp"}}}]}`)
+		fmt.Fprint(w, pods)
 	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/") && r.Method == http.MethodDelete:
 		f.mu.Lock()
 		f.deletes = append(f.deletes, strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/"))
 		f.mu.Unlock()
 		fmt.Fprint(w, `{"kind":"Pod"}`)
 	case r.URL.Path == "/api/v1/namespaces/ns/configmaps/webapp-config" && r.Method == http.MethodPatch:
-		f.mu.Lock()
-		f.patches++
-		f.mu.Unlock()
-		fmt.Fprint(w, cmV1)
+		fmt.Fprint(w, f.patch(r.Body))
 	default:
 		http.Error(w, "unexpected "+r.Method+" "+r.URL.String(), http.StatusNotFound)
 	}
+}
+
+// patch applies a merge patch's metadata.annotations to the ConfigMap and
+// returns it as the server would.
+func (f *fakeCluster) patch(body io.Reader) string {
+	var p struct {
+		Metadata struct {
+			Annotations map[string]*string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	_ = json.NewDecoder(body).Decode(&p)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.patches++
+	if f.annotations == nil {
+		f.annotations = map[string]string{"k8spatterns.io/podDeleteSelector": "app=webapp"}
+	}
+	for k, v := range p.Metadata.Annotations {
+		if v == nil {
+			delete(f.annotations, k)
+		} else {
+			f.annotations[k] = *v
+		}
+	}
+	a, _ := json.Marshal(f.annotations)
+	return fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"webapp-config","namespace":"ns","uid":"u1","resourceVersion":"%d","annotations":%s},"data":{"message":"Hello again"}}`, 11+f.patches, a)
 }
 
 func (f *fakeCluster) deleted() []string {
@@ -213,7 +288,9 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 	defer api.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "ns", "HTTP_ADDR": "127.0.0.1:0", "LOG_FORMAT": "json"}
+	defer cancel() // before api.Close, which waits for the program's watches to end
+	// All at once, as the book's script: the fake has no owner to replace a pod.
+	env := map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "ns", "HTTP_ADDR": "127.0.0.1:0", "LOG_FORMAT": "json", "MAX_UNAVAILABLE": "100%"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
@@ -223,7 +300,7 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 			t.Logf("program output:\n%s", logs.String())
 		}
 	})
-	go func() { errc <- run(ctx, nil, lookup, &logs, ready) }()
+	go func() { errc <- run(ctx, nil, lookup, io.Discard, &logs, ready) }()
 	addr := <-ready
 
 	metrics := func() string {
@@ -289,4 +366,63 @@ func TestSIGTERMExitsZero(t *testing.T) {
 	err := cmd.Wait()
 	assert.NoError(t, err, "exit status after SIGTERM; output:\n%s", out.String())
 	assert.Contains(t, out.String(), "stopped")
+}
+
+// TestReadyzSaysWhyAndTheFix ensures /readyz, while a list is refused,
+// answers 503 naming the collection, the error and the RBAC rule that
+// grants the list, and that the log says it once.
+func TestReadyzSaysWhyAndTheFix(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps is forbidden","reason":"Forbidden","code":403}`)
+	}))
+	defer api.Close()
+	addr, logs := runWith(t, map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "ns", "POD_INDEX": "false"})
+	url := "http://" + addr + "/readyz"
+
+	const fix = `fix: RBAC: the controller may not list configmaps in namespace ns; grant it with the rule {apiGroups: [""], resources: ["configmaps"], verbs: ["list"]} in a Role in namespace ns bound to the controller's ServiceAccount`
+	var code int
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return strings.Contains(body, fix)
+	}, 10*time.Second, 5*time.Millisecond, "last answer: %d %s", code, body)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.True(t, strings.HasPrefix(body, "/api/v1/namespaces/ns/configmaps: list /api/v1/namespaces/ns/configmaps: 403 Forbidden: configmaps is forbidden; "+fix), body)
+	assert.Equal(t, 1, strings.Count(logs.String(), `msg="list failed; retrying"`), logs.String())
+}
+
+// runWith runs the program with env (and HTTP_ADDR on a free loopback port)
+// until the test ends, and returns its HTTP address and its log. Its lists
+// may never end: it stops without waiting for rounds.
+func runWith(t *testing.T, env map[string]string) (addr string, logs *testlog.Buffer) {
+	t.Helper()
+	env = maps.Clone(env)
+	env["HTTP_ADDR"], env["SHUTDOWN_TIMEOUT"] = "127.0.0.1:0", "1ms"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan string, 1), make(chan error, 1)
+	logs = &testlog.Buffer{}
+	go func() {
+		done <- run(ctx, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, logs, ready)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		if t.Failed() {
+			t.Logf("program output:\n%s", logs.String())
+		}
+	})
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		require.FailNow(t, "the program ended before it listened", "%v\n%s", err, logs.String())
+	}
+	return addr, logs
 }

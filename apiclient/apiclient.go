@@ -164,7 +164,8 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, statusFromResponse(resp)
+		path := strings.TrimPrefix(req.URL.EscapedPath(), strings.TrimSuffix(c.base.EscapedPath(), "/"))
+		return nil, statusFromResponse(resp, accessOf(req.Method, path, req.URL.Query()))
 	}
 	return resp, nil
 }

@@ -26,6 +26,8 @@ type StatusError struct {
 	// (a 422 for an immutable field, for a size limit, from an admission
 	// policy).
 	Causes []StatusCause
+	// Access is what the refused request asked for (Hint names it).
+	Access Access
 }
 
 // StatusCause is one of a Status's details.causes.
@@ -54,7 +56,7 @@ func (e *StatusError) Error() string {
 // and an HTML error page from something in the middle should not be kept.
 const maxStatusBody = 64 << 10
 
-func statusFromResponse(resp *http.Response) *StatusError {
+func statusFromResponse(resp *http.Response, access Access) *StatusError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody))
 	e := StatusFromJSON(body)
 	if e == nil || e.Code == 0 {
@@ -64,6 +66,7 @@ func statusFromResponse(resp *http.Response) *StatusError {
 	if e.RetryAfter == 0 {
 		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	}
+	e.Access = access
 	return e
 }
 

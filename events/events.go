@@ -9,12 +9,12 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 )
 
@@ -57,6 +57,9 @@ type Recorder struct {
 	log   *slog.Logger
 	queue chan event
 	sent  *metrics.CounterVec
+	// failures logs events that cannot be recorded once per cause (a
+	// missing RBAC rule would fail every one).
+	failures *retrylog.Log
 
 	mu     sync.Mutex
 	tokens float64
@@ -77,11 +80,12 @@ func New(cfg Config, api *apiclient.Client, log *slog.Logger, reg *metrics.Regis
 	}
 	return &Recorder{
 		cfg: cfg, api: api, log: log,
-		queue:  make(chan event, 100),
-		sent:   reg.NewCounterVec("config_watcher_events_emitted_total", "Kubernetes Events, by outcome (sent, dropped: rate limit, duplicate or full buffer; error).", "result", "sent", "dropped", "error"),
-		tokens: float64(cfg.Burst),
-		last:   cfg.Now(),
-		seen:   map[string]time.Time{},
+		queue:    make(chan event, 100),
+		failures: retrylog.New(log, 0, cfg.Now),
+		sent:     reg.NewCounterVec("config_watcher_events_emitted_total", "Kubernetes Events, by outcome (sent, dropped: rate limit, duplicate or full buffer; error).", "result", "sent", "dropped", "error"),
+		tokens:   float64(cfg.Burst),
+		last:     cfg.Now(),
+		seen:     map[string]time.Time{},
 	}
 }
 
@@ -161,11 +165,9 @@ func (r *Recorder) send(ctx context.Context, ev event) {
 	defer cancel()
 	if _, err := r.api.Create(ctx, apiclient.CorePath(ev.obj.Namespace, "events", ""), body); err != nil {
 		r.sent.Inc("error")
-		if apiclient.IsForbidden(err) {
-			err = fmt.Errorf("RBAC: recording events needs verb create on events: %w", err)
-		}
-		r.log.Warn("cannot record event", "namespace", ev.obj.Namespace, "object", ev.obj.Kind+"/"+ev.obj.Name, "reason", ev.reason, "err", err)
+		r.failures.Failed("", "cannot record event", err, "namespace", ev.obj.Namespace, "object", ev.obj.Kind+"/"+ev.obj.Name, "reason", ev.reason)
 		return
 	}
+	r.failures.Recovered("", "recording events again")
 	r.sent.Inc("sent")
 }

@@ -42,7 +42,7 @@ gocache="${RELEASE_GOCACHE:-$(go env GOCACHE)}"
 bins=()
 for arch in "${ARCHES[@]}"; do
 	cw_log "building config-watcher $VERSION for linux/$arch"
-	(cd "$repo" && GOCACHE="$gocache" GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION" \
+	(cd "$repo" && GOCACHE="$gocache" GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$revision" \
 		-o "$work/linux-$arch/config-watcher" .)
 	bins+=(-bin "$arch=$work/linux-$arch/config-watcher")
 done

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/retrylog"
 )
 
 // Config of an election; the durations are LEASE_DURATION, RENEW_DEADLINE
@@ -61,6 +62,9 @@ type Elector struct {
 	cfg Config
 	api API
 	log *slog.Logger
+	// failures logs a failure to reach the Lease once per cause, not at
+	// every try (one per RETRY_PERIOD).
+	failures *retrylog.Log
 
 	// The last Lease record seen and when (our clock) it last changed:
 	// expiry is judged from that, never from the holder's clock.
@@ -79,7 +83,8 @@ func New(cfg Config, api API, log *slog.Logger, onChange func(bool)) (*Elector, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Elector{cfg: cfg, api: api, log: log.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity), onChange: onChange}, nil
+	log = log.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity)
+	return &Elector{cfg: cfg, api: api, log: log, failures: retrylog.New(log, 0, nil), onChange: onChange}, nil
 }
 
 // Leading reports whether this replica surely holds the lease now.
@@ -133,8 +138,11 @@ func (e *Elector) setLeading(v bool) {
 func (e *Elector) acquire(ctx context.Context) bool {
 	for {
 		ok, err := e.tryAcquireOrRenew(ctx)
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("cannot acquire lease", "err", rbacHint(err))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.failures.Failed("", "cannot acquire lease", err)
+		case err == nil:
+			e.failures.Recovered("", "lease reachable again")
 		}
 		if ok {
 			return true
@@ -156,12 +164,13 @@ func (e *Elector) renew(ctx context.Context) {
 		ok, err := e.tryAcquireOrRenew(attempt)
 		cancel()
 		if ok {
+			e.failures.Recovered("", "lease renewed again")
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		e.log.Warn("cannot renew lease", "err", rbacHint(err))
+		e.failures.Failed("", "cannot renew lease", err)
 		if !time.Now().Before(e.validUntilTime()) {
 			e.log.Error("lease not renewed within the renew deadline; stopping", "renew_deadline", e.cfg.RenewDeadline)
 			return
@@ -173,14 +182,6 @@ func (e *Elector) validUntilTime() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.validUntil
-}
-
-// rbacHint says which permission a 403 lacks.
-func rbacHint(err error) error {
-	if apiclient.IsForbidden(err) {
-		return fmt.Errorf("RBAC: leader election needs verbs get, create and update on coordination.k8s.io leases: %w", err)
-	}
-	return err
 }
 
 // record is the part of a Lease's spec the election reads and writes.

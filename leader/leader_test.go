@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/testlog"
 )
 
 // leaseServer is an API server holding one Lease with kube-apiserver's
@@ -39,6 +40,8 @@ type leaseServer struct {
 	updates  int
 	releases int // updates that left the Lease without a holder
 	failing  atomic.Bool
+	// forbidden makes it answer 403, as RBAC does to a Role without leases.
+	forbidden atomic.Bool
 	// Lead functions running, of all candidates, and how often one
 	// started while another ran.
 	leading, overlaps atomic.Int32
@@ -62,6 +65,11 @@ func (s *leaseServer) Update(ctx context.Context, path string, body []byte) ([]b
 func (s *leaseServer) call(ctx context.Context, method, path string, body []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.forbidden.Load() {
+		verb := map[string]string{http.MethodGet: "get", http.MethodPost: "create", http.MethodPut: "update"}[method]
+		return nil, &apiclient.StatusError{Code: 403, Reason: "Forbidden", Message: "leases is forbidden",
+			Access: apiclient.Access{Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: "ns"}}
 	}
 	rec := httptest.NewRecorder()
 	s.serve(rec, httptest.NewRequest(method, path, bytes.NewReader(body)))
@@ -153,7 +161,12 @@ type candidate struct {
 
 // runCandidate runs an elector on s, inside the test's bubble.
 func runCandidate(t *testing.T, s *leaseServer, cfg Config) *candidate {
-	e, err := New(cfg, s, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	return runLogged(t, s, cfg, io.Discard)
+}
+
+// runLogged is runCandidate logging to log.
+func runLogged(t *testing.T, s *leaseServer, cfg Config, log io.Writer) *candidate {
+	e, err := New(cfg, s, slog.New(slog.NewTextHandler(log, nil)), nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{e: e, cancel: cancel, done: make(chan struct{})}
@@ -203,6 +216,29 @@ func TestSingleCandidateLeads(t *testing.T) {
 		assert.False(t, c.e.Leading())
 		assert.Equal(t, "", s.holder(), "a stopping leader releases the Lease")
 		assert.Equal(t, int32(0), c.leading.Load())
+	})
+}
+
+// TestForbiddenLeaseLoggedOnceWithTheFix ensures a candidate the API server
+// refuses the Lease (403) says so once, as an error naming the rule that
+// grants it, not at every RetryPeriod, and says when it reaches it again.
+func TestForbiddenLeaseLoggedOnceWithTheFix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &leaseServer{}
+		s.forbidden.Store(true)
+		cfg := testConfig("a")
+		var logs testlog.Buffer
+		c := runLogged(t, s, cfg, &logs)
+		after(20 * cfg.RetryPeriod)
+		assert.False(t, c.e.Leading())
+		s.forbidden.Store(false)
+		after(2 * cfg.RetryPeriod)
+		assert.True(t, c.e.Leading(), "leads once the Lease may be read")
+
+		out := logs.String()
+		assert.Equal(t, 1, strings.Count(out, "cannot acquire lease"), out)
+		assert.Contains(t, out, `level=ERROR msg="cannot acquire lease" lease=ns/cw identity=a fix="RBAC: the controller may not get leases in namespace ns; grant it with the rule {apiGroups: [\"coordination.k8s.io\"], resources: [\"leases\"], verbs: [\"get\"]}`)
+		assert.Contains(t, out, `msg="lease reachable again" lease=ns/cw identity=a failures=`)
 	})
 }
 

@@ -82,6 +82,8 @@ var baseChecks = append(slices.Clone(containerChecks),
 	check{"SeveralControllersElectALeader", checkLeaderElection},
 	check{"ControllerProbesHealthzAndReadyz", checkProbes},
 	check{"ControllerLearnsNamespaceAndPodNameFromDownwardAPI", checkDownwardAPI},
+	check{"ReplicasHaveADisruptionBudgetThatLetsADrainThrough", checkDisruptionBudget},
+	check{"ReplicasPreferDifferentNodes", checkAntiAffinity},
 )
 
 // demoChecks hold for manifests/demo/ (the book's webapp).
@@ -318,6 +320,43 @@ var violations = []violation{
 			}
 		}
 		c["env"] = kept
+		return o
+	}},
+	{"DisruptionBudgetMissing", ".", "ReplicasHaveADisruptionBudgetThatLetsADrainThrough", func(t *testing.T, o []obj) []obj {
+		return slices.DeleteFunc(o, func(x obj) bool { return x["kind"] == "PodDisruptionBudget" })
+	}},
+	{"DisruptionBudgetSelectsOtherPods", ".", "ReplicasHaveADisruptionBudgetThatLetsADrainThrough", func(t *testing.T, o []obj) []obj {
+		dig(find(t, o, "PodDisruptionBudget", "config-watcher"), "spec", "selector", "matchLabels").(map[string]any)["app.kubernetes.io/name"] = "webapp"
+		return o
+	}},
+	{"DisruptionBudgetBlocksEveryDrain", ".", "ReplicasHaveADisruptionBudgetThatLetsADrainThrough", func(t *testing.T, o []obj) []obj {
+		find(t, o, "PodDisruptionBudget", "config-watcher")["spec"].(map[string]any)["minAvailable"] = 2
+		return o
+	}},
+	{"DisruptionBudgetAllowsBothDown", ".", "ReplicasHaveADisruptionBudgetThatLetsADrainThrough", func(t *testing.T, o []obj) []obj {
+		spec := find(t, o, "PodDisruptionBudget", "config-watcher")["spec"].(map[string]any)
+		delete(spec, "minAvailable")
+		spec["maxUnavailable"] = "100%"
+		return o
+	}},
+	{"AntiAffinityMissing", ".", "ReplicasPreferDifferentNodes", func(t *testing.T, o []obj) []obj {
+		delete(podSpec(t, o, "config-watcher"), "affinity")
+		return o
+	}},
+	{"AntiAffinityRequired", ".", "ReplicasPreferDifferentNodes", func(t *testing.T, o []obj) []obj {
+		anti := dig(podSpec(t, o, "config-watcher"), "affinity", "podAntiAffinity").(map[string]any)
+		var terms []any
+		for _, p := range list(anti, "preferredDuringSchedulingIgnoredDuringExecution") {
+			terms = append(terms, dig(p, "podAffinityTerm"))
+		}
+		anti["requiredDuringSchedulingIgnoredDuringExecution"] = terms
+		delete(anti, "preferredDuringSchedulingIgnoredDuringExecution")
+		return o
+	}},
+	{"AntiAffinityPerZone", ".", "ReplicasPreferDifferentNodes", func(t *testing.T, o []obj) []obj {
+		for _, p := range list(podSpec(t, o, "config-watcher"), "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution") {
+			dig(p, "podAffinityTerm").(map[string]any)["topologyKey"] = "topology.kubernetes.io/zone"
+		}
 		return o
 	}},
 	{"SelectorMatchesNoPod", "demo", "DemoSelectorMatchesWebappPods", func(t *testing.T, o []obj) []obj {
@@ -723,6 +762,79 @@ func checkDownwardAPI(objs []obj) []string {
 				bad = append(bad, fmt.Sprintf("%s: %s from fieldRef %q, want %q", c.where, name, got, field))
 			}
 		}
+	}
+	return bad
+}
+
+// controllerDeployment returns the controller's Deployment, its replicas and its pods' labels.
+func controllerDeployment(objs []obj) (d obj, replicas float64, labels any) {
+	for _, o := range objs {
+		if o["kind"] == "Deployment" && nameOf(o) == "config-watcher" {
+			replicas, _ = dig(o, "spec", "replicas").(float64)
+			return o, replicas, dig(o, "spec", "template", "metadata", "labels")
+		}
+	}
+	return nil, 0, nil
+}
+
+// selects reports whether a matchLabels selector selects pods labelled labels.
+func selects(selector, labels any) bool {
+	want, ok := dig(selector, "matchLabels").(map[string]any)
+	if !ok || len(want) == 0 || len(list(selector, "matchExpressions")) > 0 {
+		return false // this check models matchLabels only
+	}
+	for k, v := range want {
+		if str(labels, k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDisruptionBudget: one PodDisruptionBudget covers the replicas, keeps one
+// available through a drain, and still lets one go (minAvailable 1 of 2): a budget
+// that allows no disruption would hold every drain up for good.
+func checkDisruptionBudget(objs []obj) []string {
+	d, replicas, labels := controllerDeployment(objs)
+	if d == nil {
+		return []string{"no Deployment config-watcher"}
+	}
+	var bad []string
+	budgets := 0
+	for _, o := range objs {
+		if o["kind"] != "PodDisruptionBudget" || !selects(dig(o, "spec", "selector"), labels) {
+			continue
+		}
+		budgets++
+		minAvailable, ok := dig(o, "spec", "minAvailable").(float64)
+		if !ok || minAvailable < 1 || minAvailable >= replicas {
+			bad = append(bad, fmt.Sprintf("PodDisruptionBudget %s: minAvailable %v of %v replicas; want a number from 1 to %v", nameOf(o), dig(o, "spec", "minAvailable"), replicas, replicas-1))
+		}
+	}
+	if budgets != 1 {
+		bad = append(bad, fmt.Sprintf("%d PodDisruptionBudgets select the controller's pods, want 1", budgets))
+	}
+	return bad
+}
+
+// checkAntiAffinity: the replicas prefer different nodes, and only prefer it: a
+// required rule would leave the second Pending on a one-node cluster.
+func checkAntiAffinity(objs []obj) []string {
+	d, _, labels := controllerDeployment(objs)
+	if d == nil {
+		return []string{"no Deployment config-watcher"}
+	}
+	anti := dig(d, "spec", "template", "spec", "affinity", "podAntiAffinity")
+	var bad []string
+	if len(list(anti, "requiredDuringSchedulingIgnoredDuringExecution")) > 0 {
+		bad = append(bad, "required pod anti-affinity: on a cluster of one node the second replica would never run")
+	}
+	spread := slices.ContainsFunc(list(anti, "preferredDuringSchedulingIgnoredDuringExecution"), func(p any) bool {
+		term := dig(p, "podAffinityTerm")
+		return str(term, "topologyKey") == "kubernetes.io/hostname" && selects(dig(term, "labelSelector"), labels)
+	})
+	if !spread {
+		bad = append(bad, "no preferred pod anti-affinity on kubernetes.io/hostname selecting the controller's own pods")
 	}
 	return bad
 }

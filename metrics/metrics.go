@@ -1,6 +1,7 @@
 // Package metrics is a small Prometheus text-format registry: counters,
-// labelled counters and gauges, written by hand to keep the binary free of
-// the client library.
+// labelled counters, gauges and histograms, and the process_* and go_*
+// series of the client library (process.go, goruntime.go), with its names
+// and meanings, written by hand to keep the binary free of the library.
 package metrics
 
 import (
@@ -108,7 +109,7 @@ type Gauge struct{ bits atomic.Uint64 }
 func (r *Registry) NewGauge(name, help string) *Gauge {
 	g := &Gauge{}
 	r.add(name, help, "gauge", func(w io.Writer) {
-		fmt.Fprintf(w, "%s %s\n", name, strconv.FormatFloat(math.Float64frombits(g.bits.Load()), 'g', -1, 64))
+		fmt.Fprintf(w, "%s %s\n", name, formatFloat(g.Value()))
 	})
 	return g
 }
@@ -119,6 +120,79 @@ func (g *Gauge) Set(v float64) { g.bits.Store(math.Float64bits(v)) }
 // Value returns the current value.
 func (g *Gauge) Value() float64 { return math.Float64frombits(g.bits.Load()) }
 
+// NewGaugeFunc registers a gauge whose value value reads at each scrape; a
+// family whose value cannot be read (ok false) is written without a sample.
+func (r *Registry) NewGaugeFunc(name, help string, value func() (v float64, ok bool)) {
+	r.newFunc(name, help, "gauge", value)
+}
+
+// NewCounterFunc is NewGaugeFunc for a value that only goes up.
+func (r *Registry) NewCounterFunc(name, help string, value func() (v float64, ok bool)) {
+	r.newFunc(name, help, "counter", value)
+}
+
+func (r *Registry) newFunc(name, help, kind string, value func() (float64, bool)) {
+	r.add(name, help, kind, func(w io.Writer) {
+		if v, ok := value(); ok {
+			fmt.Fprintf(w, "%s %s\n", name, formatFloat(v))
+		}
+	})
+}
+
+// Histogram counts observations in buckets, the Prometheus histogram: a
+// cumulative count per upper bound (le), the sum and the count.
+type Histogram struct {
+	upper  []float64 // ascending; +Inf is implied
+	mu     sync.Mutex
+	counts []uint64 // per bucket, not cumulative; the last is +Inf's
+	sum    float64
+}
+
+// NewHistogram registers a histogram with the given bucket upper bounds,
+// which must ascend (a fixed list in the code, not input).
+func (r *Registry) NewHistogram(name, help string, buckets []float64) *Histogram {
+	if !slices.IsSorted(buckets) || len(slices.Compact(slices.Clone(buckets))) != len(buckets) {
+		panic(fmt.Sprintf("metrics: the buckets of %s do not ascend: %v", name, buckets))
+	}
+	h := &Histogram{upper: slices.Clone(buckets), counts: make([]uint64, len(buckets)+1)}
+	r.add(name, help, "histogram", func(w io.Writer) {
+		h.mu.Lock()
+		counts, sum := slices.Clone(h.counts), h.sum
+		h.mu.Unlock()
+		var cumulative uint64
+		for i, n := range counts {
+			cumulative += n
+			le := "+Inf"
+			if i < len(h.upper) {
+				le = formatFloat(h.upper[i])
+			}
+			fmt.Fprintf(w, "%s_bucket{le=\"%s\"} %d\n", name, le, cumulative)
+		}
+		fmt.Fprintf(w, "%s_sum %s\n%s_count %d\n", name, formatFloat(sum), name, cumulative)
+	})
+	return h
+}
+
+// Observe adds one observation, v, to its bucket and to the sum.
+func (h *Histogram) Observe(v float64) {
+	i, _ := slices.BinarySearch(h.upper, v) // the first bound >= v: le is inclusive
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.counts[i]++
+	h.sum += v
+}
+
+// Count returns how many observations there were.
+func (h *Histogram) Count() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n uint64
+	for _, c := range h.counts {
+		n += c
+	}
+	return n
+}
+
 // NewInfo registers a gauge fixed at 1 carrying constant labels, the
 // Prometheus convention for build information.
 func (r *Registry) NewInfo(name, help string, labels map[string]string) {
@@ -128,5 +202,8 @@ func (r *Registry) NewInfo(name, help string, labels map[string]string) {
 	}
 	r.add(name, help, "gauge", func(w io.Writer) { fmt.Fprintf(w, "%s{%s} 1\n", name, strings.Join(parts, ",")) })
 }
+
+// formatFloat writes a sample value or bound as Prometheus's own clients do.
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -82,7 +83,10 @@ type Controller struct {
 	api     API
 	log     *slog.Logger
 	metrics *Metrics
-	queue   *queue
+	// failures logs failed rounds once per cause, then how often they
+	// repeat (internal/retrylog).
+	failures *retrylog.Log
+	queue    *queue
 	// sweepWait bounds the sweep's wait for the index (defaultSweepWait;
 	// shorter in tests, whose index has no watch to wait for).
 	sweepWait time.Duration
@@ -151,6 +155,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg:          cfg,
 		api:          api,
 		log:          log,
+		failures:     retrylog.New(log, 0, nil),
 		metrics:      m,
 		queue:        newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
 		entries:      map[string]*entry{},
@@ -220,7 +225,20 @@ type Metrics struct {
 	OwnerReadsFailed *metrics.CounterVec
 	SkippedObjects   *metrics.Counter
 	QueueDepth       *metrics.Gauge
+	// ChangeToFirstRestart is the time from a data change seen (the watch
+	// event or list item that showed data other than the record) to the
+	// first restart of its round the API server accepted.
+	ChangeToFirstRestart *metrics.Histogram
+	// ChangeToRecord is the time from the same moment to the record of
+	// the change (restarted-for) the API server accepted: the round done.
+	ChangeToRecord *metrics.Histogram
 }
+
+// changeBuckets bound the histograms of a change's way to its pods (in
+// seconds): from 5 ms, a first restart from the pod index, through the
+// ~100 ms of a list first and the seconds of waves that wait for Ready pods,
+// to the 10 min of PROGRESS_DEADLINE and an hour of a halted round going on.
+var changeBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // NewMetrics registers the controller's metrics in r.
 func NewMetrics(r *metrics.Registry) *Metrics {
@@ -240,5 +258,9 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),
+		ChangeToFirstRestart: r.NewHistogram("config_watcher_change_to_first_restart_seconds",
+			"Seconds from a data change seen to the first restart of its round accepted by the API server.", changeBuckets),
+		ChangeToRecord: r.NewHistogram("config_watcher_change_to_record_seconds",
+			"Seconds from a data change seen to its record (restarted-for) accepted by the API server: the round done.", changeBuckets),
 	}
 }

@@ -39,7 +39,7 @@
 //	                                        joined before the worker reads it
 //	round.listed, mostSeen, estimate,       the namespace budget's lock: other
 //	allowed; namespaceBudget.inFlight       rounds' waves count this one's budget
-//	round.blocked                           atomic: restart goroutines
+//	round.blocked, firstRestart             atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock
 //	queue                                   its own lock (after c.mu)
 //

@@ -113,6 +113,9 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			}
 			count(past)
 			log.Info(past+" pod", "outcome", past)
+			if !r.seen.IsZero() && r.firstRestart.CompareAndSwap(false, true) {
+				c.metrics.ChangeToFirstRestart.Observe(time.Since(r.seen).Seconds())
+			}
 			if r.indexed != nil {
 				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}

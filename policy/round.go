@@ -53,6 +53,11 @@ type round struct {
 	allowed  int             // how many more pods may go unavailable, as last counted
 	progress time.Time       // its latest restart, or its first wave
 	halted   bool            // no restart possible for ProgressDeadline
+	// seen is when this process first saw the data of the round (zero for a
+	// resumed round, whose change another process saw); firstRestart is
+	// set once its first restart was accepted. For the histograms.
+	seen         time.Time
+	firstRestart atomic.Bool
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
 	haltFound time.Time
@@ -208,6 +213,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.roundFailed(obj, err)
 		return resultError, 0, err
 	}
+	if !r.seen.IsZero() {
+		c.metrics.ChangeToRecord.Observe(time.Since(r.seen).Seconds())
+	}
 	restarted := r.count(podRestarted)
 	log.Info("pods restarted", obj.dataAttr(), "pods", restarted)
 	if c.cfg.DryRun {
@@ -286,6 +294,8 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	e.round, e.last, e.ourIntent = r, nil, ""
 	if resume != nil {
 		e.ourIntent = resume.text
+	} else if !c.cfg.DryRun {
+		r.seen = e.changed
 	}
 	return r, nil
 }

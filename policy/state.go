@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // entry is what the controller knows of one annotated ConfigMap or Secret.
 // Every field is guarded by Controller.mu; round's fields belong to its
 // worker (doc.go has the table).
@@ -34,8 +36,11 @@ type entry struct {
 	// round is in progress here, for obj.hash. Only its worker sets and
 	// clears it; a view that ends it sets ended, and the worker drops it
 	// at its next look (the one place a round ends: reconcile).
-	round   *round
-	ended   bool
+	round *round
+	ended bool
+	// changed is when a view first showed the data as it is now (for the
+	// change-to-restart histograms).
+	changed time.Time
 	last    *lastLook // the last round's last look, due later (waves.go)
 	exists  bool      // false: a tombstone
 	adopted bool      // r was taken from the first sighting, not from a record
@@ -135,6 +140,9 @@ func (e *entry) apply(obj object) verdict {
 	}
 	if e.i.present() && e.i.hash != obj.hash {
 		e.outdated = e.i.text
+	}
+	if obj.hash != e.obj.hash || e.changed.IsZero() {
+		e.changed = time.Now()
 	}
 	if r := e.round; r != nil && (v == verdictTheirs || r.hash != obj.hash || r.selector != obj.selector) {
 		e.ended = true // r.hash and r.selector never change: any goroutine may read them

@@ -96,11 +96,16 @@ func (c *Controller) work(ctx context.Context) {
 			}
 			delay := watch.RetryDelay(b, err)
 			c.mu.Unlock()
-			c.log.Warn("round failed; will retry", "key", key, "retry_in", delay.Round(time.Millisecond), "err", err)
+			c.failures.Failed(key, "round failed; will retry", err, "key", key, "retry_in", delay.Round(time.Millisecond))
 			c.queue.AddAfter(key, delay, true)
 		} else {
 			delete(c.retries, key)
 			c.mu.Unlock()
+			if result == resultGone {
+				c.failures.Forget(key)
+			} else {
+				c.failures.Recovered(key, "round recovered", "key", key)
+			}
 			if after > 0 {
 				c.queue.AddAfter(key, after, false) // replaces a retry due from an earlier failure
 			} else {

@@ -26,6 +26,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 )
 
@@ -95,13 +96,16 @@ type ListWatcher struct {
 	h       Handler
 	log     *slog.Logger
 	metrics *Metrics
+	// failures logs a failure once per cause, not at every retry.
+	failures *retrylog.Log
 
 	// Only the Run goroutine touches these.
 	rv       string // last resourceVersion seen
 	needList bool   // the next watch needs a fresh list first
 
 	listed, watching, running atomic.Bool
-	lastHealthy               atomic.Int64 // unix nanos of the last time the loop was known in sync
+	lastHealthy               atomic.Int64           // unix nanos of the last time the loop was known in sync
+	problem                   atomic.Pointer[string] // the failure since the last open watch, and its fix
 }
 
 // New returns a ListWatcher; call Run to start it.
@@ -127,7 +131,7 @@ func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *M
 	if cfg.After == nil {
 		cfg.After = time.After
 	}
-	return &ListWatcher{cfg: cfg, client: client, h: h, log: log, metrics: m}
+	return &ListWatcher{cfg: cfg, client: client, h: h, log: log, metrics: m, failures: retrylog.New(log, 0, cfg.Now)}
 }
 
 // Ready reports that the initial list is done and a watch is open, or was
@@ -137,9 +141,26 @@ func (lw *ListWatcher) Ready() bool {
 	return lw.listed.Load() && (lw.watching.Load() || sinceHealthy < lw.cfg.ReadyGrace)
 }
 
+// Unready says why the loop is not Ready, "" when it is: its last failure
+// and what fixes it, or that its first list has not ended.
+func (lw *ListWatcher) Unready() string {
+	switch p := lw.problem.Load(); {
+	case lw.Ready():
+		return ""
+	case p != nil:
+		return *p
+	case !lw.listed.Load():
+		return "initial list not done"
+	}
+	return "watch down; reconnecting"
+}
+
 // Watching reports that a watch stream is open now. Unlike Ready it has no
 // grace: a cache fed by this loop is current only while it is true.
 func (lw *ListWatcher) Watching() bool { return lw.listed.Load() && lw.watching.Load() }
+
+// Path is the collection's path, e.g. /api/v1/namespaces/default/configmaps.
+func (lw *ListWatcher) Path() string { return lw.cfg.Path }
 
 // Alive reports that Run is running.
 func (lw *ListWatcher) Alive() bool { return lw.running.Load() }
@@ -158,7 +179,7 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 		if lw.needList {
 			if err := lw.list(ctx); err != nil {
 				if ctx.Err() == nil {
-					lw.log.Error("list failed; retrying", "path", lw.cfg.Path, "err", err)
+					lw.failed("list failed; retrying", err)
 					lw.wait(ctx, bo, err)
 				}
 				continue
@@ -196,11 +217,21 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 			}
 		default:
 			reason = "error"
-			lw.log.Warn("watch failed; retrying", "rv", lw.rv, "err", err)
+			lw.failed("watch failed; retrying", fmt.Errorf("watch %s: %w", lw.cfg.Path, err))
 			lw.wait(ctx, bo, err)
 		}
 	}
 	return ctx.Err()
+}
+
+// failed logs a failed list or watch, once per cause, and keeps it, with
+// its fix if a person can fix it, for Unready.
+func (lw *ListWatcher) failed(msg string, err error) {
+	problem := err.Error()
+	if fix := lw.failures.Failed("", msg, err, "path", lw.cfg.Path); fix != "" {
+		problem += "; fix: " + fix
+	}
+	lw.problem.Store(&problem)
 }
 
 // wait sleeps for RetryDelay.
@@ -306,6 +337,8 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 	}
 	defer body.Close()
 	lw.watching.Store(true)
+	lw.problem.Store(nil)
+	lw.failures.Recovered("", "watching again", "path", lw.cfg.Path)
 	defer func() {
 		lw.watching.Store(false)
 		lw.markHealthy()

@@ -409,7 +409,9 @@ func TestListWatcherConnectionRefused(t *testing.T) {
 			"a growing backoff between refused connections")
 		assert.Equal(t, []string{"BeginList", "BeginList", "BeginList", "BeginList", "SYNCED a@90", "EndList"}, l.h.seen())
 		assert.Equal(t, []string{"100"}, api.watchRVs())
-		assert.Contains(t, l.logs.String(), "connection refused")
+		assert.Equal(t, 1, strings.Count(l.logs.String(), "connection refused"), "three refusals logged once:\n%s", l.logs)
+		assert.Contains(t, l.logs.String(), `fix="nothing answers at API_URL: start the ambassador (kubectl proxy) there`)
+		assert.Contains(t, l.logs.String(), `msg="watching again" path=/api/v1/namespaces/default/configmaps failures=3`)
 	})
 	t.Run("DuringWatchRetriedFromSameRV", func(t *testing.T) {
 		api := newFakeAPI(t).onList(oneItemList()).onWatch(status(http.StatusInternalServerError, internalStatus))
@@ -434,6 +436,34 @@ func TestListWatcherConnectionRefused(t *testing.T) {
 		assert.Len(t, api.listRequests(), 1, "no relist")
 		assert.Contains(t, l.logs.String(), "connection refused")
 	})
+}
+
+// TestListWatcherForbiddenSaysTheFixOnce ensures a list the API server
+// refuses (403) is logged once however often it is retried, as an error
+// naming the rule that grants it, that Unready gives the same fix while it
+// lasts, and that the loop says when it watches again.
+func TestListWatcherForbiddenSaysTheFixOnce(t *testing.T) {
+	forbidden := status(http.StatusForbidden, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"configmaps is forbidden: User \"system:serviceaccount:default:config-watcher\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\"","reason":"Forbidden","code":403}`)
+	api := newFakeAPI(t).onList(forbidden, forbidden, forbidden, oneItemList())
+	srv := api.start()
+	l := newLoop(t, srv.URL, Config{Kind: "ConfigMap"})
+	var unready []string
+	l.after.hook = func(int) { unready = append(unready, l.lw.Unready()) }
+	l.run(t)
+	api.waitWatches(t, 1)
+	require.Eventually(t, func() bool { return l.lw.Unready() == "" }, waitLimit, time.Millisecond)
+	l.stop(t)
+
+	const fix = `RBAC: the controller may not list configmaps in namespace default; grant it with the rule {apiGroups: [""], resources: ["configmaps"], verbs: ["list"]} in a Role in namespace default bound to the controller's ServiceAccount`
+	logs := l.logs.String()
+	assert.Equal(t, 1, strings.Count(logs, "list failed"), "three refusals logged once:\n%s", logs)
+	assert.Contains(t, logs, `level=ERROR msg="list failed; retrying" path=/api/v1/namespaces/default/configmaps fix="`+strings.ReplaceAll(fix, `"`, `\"`)+`"`)
+	assert.Contains(t, logs, `msg="watching again" path=/api/v1/namespaces/default/configmaps failures=3`)
+	require.Len(t, unready, 3)
+	for _, u := range unready {
+		assert.True(t, strings.HasPrefix(u, "list /api/v1/namespaces/default/configmaps: 403 Forbidden: configmaps is forbidden"), u)
+		assert.True(t, strings.HasSuffix(u, "; fix: "+fix), u)
+	}
 }
 
 // TestListWatcherHugeEvent ensures a MODIFIED event carrying a 3 MiB data

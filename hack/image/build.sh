@@ -45,7 +45,8 @@ assembler="$work/image"
 "$assembler" cabundle "$work/ca-certificates.crt"
 
 cw_log "building config-watcher $VERSION (static)"
-(cd "$repo" && go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$work/config-watcher" .)
+revision="$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
+(cd "$repo" && go build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$revision" -o "$work/config-watcher" .)
 "$assembler" -ref "ghcr.io/k8spatterns/config-watcher:$VERSION" -o "$out/config-watcher.tar" \
 	-entrypoint /config-watcher -user 65532:65532 -port 8080/tcp \
 	-file "$work/config-watcher=/config-watcher:0755" \

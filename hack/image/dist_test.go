@@ -285,6 +285,7 @@ var releasedIdentities = map[string][]string{
 
 var namespacedIdentities = []string{
 	"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+	"PodDisruptionBudget/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
 	"Role/config-watcher selector=null",
 	"RoleBinding/config-watcher selector=null",
 	"ServiceAccount/config-watcher selector=null",
@@ -294,6 +295,7 @@ var clusterWideIdentities = []string{
 	"ClusterRole/config-watcher selector=null",
 	"ClusterRoleBinding/config-watcher selector=null",
 	"Deployment/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
+	"PodDisruptionBudget/config-watcher selector={\"matchLabels\":{\"app.kubernetes.io/name\":\"config-watcher\"}}",
 	"Role/config-watcher selector=null",
 	"RoleBinding/config-watcher selector=null",
 	"ServiceAccount/config-watcher selector=null",
