@@ -36,6 +36,7 @@ const (
 	secretStatePrefix       = "config-watcher-secret."
 	stateOfSecretAnnotation = "config-watcher.k8spatterns.io/state-of-secret"
 	digestKeyIDAnnotation   = "config-watcher.k8spatterns.io/digest-key-id"
+	stateMACAnnotation      = "config-watcher.k8spatterns.io/state-mac"
 	controllerAnnotations   = "config-watcher.k8spatterns.io/"
 	managedByLabel          = "app.kubernetes.io/managed-by"
 )
@@ -70,12 +71,47 @@ func TestSecretDataChangeRestartsPodsOnce(t *testing.T) {
 	assert.Equal(t, "config-watcher", state.Metadata.Labels[managedByLabel])
 	assert.Equal(t, "webapp-secret", state.Metadata.Annotations[stateOfSecretAnnotation])
 	assert.Regexp(t, `^[0-9a-f]{8}$`, state.Metadata.Annotations[digestKeyIDAnnotation])
+	assert.Regexp(t, `^[0-9a-f]{64}$`, state.Metadata.Annotations[stateMACAnnotation])
 	assert.NotContains(t, state.Metadata.Annotations, restartingAnnotation, "an intent is left after the round")
 	assert.Empty(t, state.Data, "the state ConfigMap holds no data")
 	assert.Equal(t, []ownerReference{{APIVersion: "v1", Kind: "Secret", Name: "webapp-secret", UID: secret.Metadata.UID}},
 		withoutFlags(state.Metadata.OwnerReferences), "the garbage collector removes the state with the Secret")
 
 	assertSecretUntouched(t, s.ns, s.user, "webapp-secret")
+}
+
+// TestSecretStateEditedByAConfigMapWriterRestartsNothing ensures that one
+// who may write ConfigMaps but not delete pods cannot make the controller
+// restart a Secret's pods by editing its state ConfigMap (a record that
+// says the data changed, an intent naming pods): the MAC does not check,
+// nothing of the edit is used, no pod is deleted, the controller writes
+// its own state back over it (through the ConfigMap's uid, on the real
+// server), and it says so: a StateUntrusted Warning Event on the Secret
+// and config_watcher_state_untrusted_total.
+func TestSecretStateEditedByAConfigMapWriterRestartsNothing(t *testing.T) {
+	s := newSecretsSetup(t, true)
+	original := s.webapp(t, "webapp-secret", "Opaque", map[string]string{"password": "first"})
+	c, adopted := s.startAdopting(t, "webapp-secret")
+	c.SettleSecrets(t, s.ns)
+
+	forged := "hmac-sha256:" + strings.Repeat("ab", 32)
+	var uids []string
+	for _, p := range original {
+		uids = append(uids, p.uid)
+	}
+	kubectl(t, "annotate", "configmap", stateNameOf("webapp-secret"), "-n", s.ns, "--overwrite",
+		restartedAnnotation+"="+forged, restartingAnnotation+"="+forged+"/"+strings.Join(uids, ","))
+
+	e := waitEvent(t, "Secret", s.ns, "webapp-secret", "Warning", "StateUntrusted")
+	assert.Contains(t, e.Message, "was not written by config-watcher under its digest key")
+	c.WaitMetric(t, 1, "config_watcher_state_untrusted_total")
+	eventually(t, waitTimeout, "the controller's state written back", func() (bool, string) {
+		state := getStateConfigMap(t, s.ns, stateNameOf("webapp-secret")).Metadata.Annotations
+		return state[restartedAnnotation] == adopted && state[restartingAnnotation] == "", fmt.Sprint(state)
+	})
+	c.SettleSecrets(t, s.ns)
+	assert.Empty(t, podDeletes(t, s.ns, s.user), "an edited state restarted pods")
+	assert.ElementsMatch(t, original, livePods(t, s.ns, "app=webapp"))
 }
 
 // TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName ensures a

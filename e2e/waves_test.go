@@ -628,9 +628,16 @@ func objectEvents(t *testing.T, kind, ns, name string) []coreEvent {
 // name in ns and returns it.
 func waitConfigMapEvent(t *testing.T, ns, name, typ, reason string) coreEvent {
 	t.Helper()
+	return waitEvent(t, "ConfigMap", ns, name, typ, reason)
+}
+
+// waitEvent waits for an Event of type typ and reason on the object of
+// kind and name in ns and returns it.
+func waitEvent(t *testing.T, kind, ns, name, typ, reason string) coreEvent {
+	t.Helper()
 	var found coreEvent
-	eventually(t, waitTimeout, fmt.Sprintf("a %s Event %s on %s", typ, reason, name), func() (bool, string) {
-		events := objectEvents(t, "ConfigMap", ns, name)
+	eventually(t, waitTimeout, fmt.Sprintf("a %s Event %s on %s %s", typ, reason, kind, name), func() (bool, string) {
+		events := objectEvents(t, kind, ns, name)
 		for _, e := range events {
 			if e.Type == typ && e.Reason == reason {
 				found = e

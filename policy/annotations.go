@@ -34,6 +34,14 @@ type halt struct {
 
 func (h halt) text() string { return h.hash.text() + "@" + h.at.UTC().Format(time.RFC3339) }
 
+// textOrEmpty is the annotation's text, "" for no halt.
+func (h halt) textOrEmpty() string {
+	if h.hash.isZero() {
+		return ""
+	}
+	return h.text()
+}
+
 // parseHalt reads the annotation; what cannot be read is no halt.
 func parseHalt(v string) halt {
 	text, at, _ := strings.Cut(v, "@")
@@ -96,6 +104,14 @@ func (d digest) String() string {
 func (d digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 func (d digest) isZero() bool { return d.sum == [sha256.Size]byte{} }
+
+// textOrEmpty is the annotation's text, "" for no digest.
+func (d digest) textOrEmpty() string {
+	if d.isZero() {
+		return ""
+	}
+	return d.text()
+}
 
 // parseDigest reads the annotation's form. The all-zero digest (only a hand
 // edit writes it) is not one.

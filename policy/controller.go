@@ -224,7 +224,10 @@ type Metrics struct {
 	// desired replicas, and estimated them.
 	OwnerReadsFailed *metrics.CounterVec
 	SkippedObjects   *metrics.Counter
-	QueueDepth       *metrics.Gauge
+	// StateUntrusted counts views of Secrets' state ConfigMaps ignored
+	// as not written by this controller under its key.
+	StateUntrusted *metrics.Counter
+	QueueDepth     *metrics.Gauge
 	// ChangeToFirstRestart is the time from a data change seen (the watch
 	// event or list item that showed data other than the record) to the
 	// first restart of its round the API server accepted.
@@ -257,6 +260,7 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"no_scale", "forbidden", "error"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
+		StateUntrusted:   r.NewCounter("config_watcher_state_untrusted_total", "Views of Secrets' state ConfigMaps ignored as not written by this controller under its digest key (forged, another key, no MAC), each also a StateUntrusted Warning Event."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),
 		ChangeToFirstRestart: r.NewHistogram("config_watcher_change_to_first_restart_seconds",
 			"Seconds from a data change seen to the first restart of its round accepted by the API server.", changeBuckets),

@@ -35,7 +35,8 @@ const (
 	// answerTooLong: 422 for the 256 KiB limit on all annotations
 	// together. Never passes as it is.
 	answerTooLong
-	// answerRefused: RBAC or an admission policy (403, 422, 400, 401).
+	// answerRefused: RBAC or an admission policy (403, 422, 400, 401), or
+	// a ConfigMap of a Secret's state name that is not ours.
 	// Failed-visible: a Warning Event, a count, a log line that says what
 	// to fix, and a retry with backoff.
 	answerRefused
@@ -44,6 +45,9 @@ const (
 func classify(err error) answer {
 	if err == nil {
 		return answerOK
+	}
+	if errors.Is(err, errForeignState) {
+		return answerRefused
 	}
 	se, ok := errors.AsType[*apiclient.StatusError](err)
 	if !ok {
@@ -88,6 +92,8 @@ func (c *Controller) refused(obj object, verb, resource, need string, err error)
 	fix := fmt.Sprintf("RBAC: the controller may not %s %s in %s (needs %s)", verb, noun, obj.namespace, need)
 	if msg := err.Error(); strings.Contains(msg, "admission") || strings.Contains(msg, "AdmissionPolicy") || strings.Contains(msg, "denied request") {
 		fix = fmt.Sprintf("an admission policy refuses to let the controller %s %s in %s: exempt its service account, or change the policy", verb, noun, obj.namespace)
+	} else if errors.Is(err, errForeignState) {
+		fix = "a ConfigMap named " + stateName(obj.name) + " in " + obj.namespace + " holds the name of this Secret's state and was not written by config-watcher: rename or delete it"
 	} else if !apiclient.IsForbidden(err) {
 		fix = fmt.Sprintf("the server refuses to let the controller %s %s in %s as invalid: see the error", verb, noun, obj.namespace)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/metrics"
@@ -72,7 +74,13 @@ type fakeAPI struct {
 	// graceful deletion: a deleted pod stays, terminating, at a new
 	// revision, as a pod with a grace period does.
 	graceful bool
-	patchRVs []uint64 // the resourceVersion each ConfigMap patch answered
+	patchRVs []uint64 // the resourceVersion each ConfigMap write (PATCH or POST) answered
+	// takenConfigMaps names ConfigMaps that exist and are not the test's:
+	// a POST of one answers 409 AlreadyExists.
+	takenConfigMaps map[string]bool
+	// seededStates are the state ConfigMaps' annotations as the server
+	// had them when the test began, by name (patchedAnnotations).
+	seededStates map[string]map[string]*string
 	// afterDelete, if set, runs (with mu held) after a pod is deleted.
 	afterDelete func(p fakePod)
 	removed     []string // pods deleted, in order
@@ -191,12 +199,26 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The object as written, at the next revision of the test's events.
-		rv := lastRV.Add(1)
-		f.patchRVs = append(f.patchRVs, rv)
-		fmt.Fprintf(w, `{"kind":"ConfigMap","metadata":{"resourceVersion":"%d"}}`, rv)
+		f.answerConfigMapWrite(w, http.StatusOK, gjson.GetBytes(body, "metadata.uid").String())
+	case resource == "configmaps" && r.Method == http.MethodPost && name == "":
+		cm := gjson.GetBytes(body, "metadata.name").String()
+		if f.takenConfigMaps[cm] {
+			writeStatus(w, 409, "AlreadyExists", `configmaps "`+cm+`" already exists`)
+			return
+		}
+		f.answerConfigMapWrite(w, http.StatusCreated, "state-uid-"+gjson.GetBytes(body, "metadata.annotations").Get(gjson.Escape(StateOfSecretAnnotation)).String())
 	default:
 		writeStatus(w, 405, "MethodNotAllowed", r.Method+" "+r.URL.Path)
 	}
+}
+
+// answerConfigMapWrite answers a ConfigMap written: the revision after the
+// test's last event, and uid.
+func (f *fakeAPI) answerConfigMapWrite(w http.ResponseWriter, code int, uid string) {
+	rv := lastRV.Add(1)
+	f.patchRVs = append(f.patchRVs, rv)
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"kind":"ConfigMap","metadata":{"resourceVersion":"%d","uid":%q}}`, rv, uid)
 }
 
 // serveScale answers the scale subresource of an owner of pods, as
@@ -375,19 +397,82 @@ func (f *fakeAPI) deletedPods() []string {
 	return names
 }
 
-// patchedAnnotations decodes the annotations of each ConfigMap patch, in order.
+// patchedAnnotations decodes the annotations of each ConfigMap write
+// (PATCH or POST), in order. A Secret's state is written whole (with its
+// MAC): for such a write it returns what the write changed, against the
+// state as the server had it, so that one write reads as the record, the
+// intent or the halt it is.
 func (f *fakeAPI) patchedAnnotations() []map[string]*string {
+	states := map[string]map[string]*string{}
+	for name, ann := range f.seededStates {
+		states[name] = maps.Clone(ann)
+	}
 	var out []map[string]*string
-	for _, r := range f.seen(http.MethodPatch, "configmaps") {
+	for _, r := range f.seen("", "configmaps") {
+		if r.method != http.MethodPatch && r.method != http.MethodPost {
+			continue
+		}
 		var p struct {
 			Metadata struct {
+				Name        string             `json:"name"`
 				Annotations map[string]*string `json:"annotations"`
 			} `json:"metadata"`
 		}
 		require.NoError(f.t, json.Unmarshal([]byte(r.body), &p))
-		out = append(out, p.Metadata.Annotations)
+		written := p.Metadata.Annotations
+		if _, ok := written[StateMACAnnotation]; !ok {
+			out = append(out, written)
+			continue
+		}
+		name := cmp.Or(p.Metadata.Name, r.path[strings.LastIndexByte(r.path, '/')+1:])
+		before := states[name]
+		if r.method == http.MethodPost {
+			before = nil // created anew
+		}
+		after, changed := map[string]*string{}, map[string]*string{}
+		for a, v := range before {
+			after[a] = v
+		}
+		for a, v := range written {
+			if old, had := before[a]; had != (v != nil) || (had && *old != *v) {
+				changed[a] = v
+			}
+			if v == nil {
+				delete(after, a)
+			} else {
+				after[a] = v
+			}
+		}
+		states[name] = after
+		out = append(out, changed)
 	}
 	return out
+}
+
+// seedStates tells the fake the state ConfigMaps among specs, as the
+// server has them before the test's writes.
+func (f *fakeAPI) seedStates(specs []cmSpec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range specs {
+		if s.annotations[StateOfSecretAnnotation] == "" {
+			continue
+		}
+		ann := map[string]*string{}
+		for a, v := range s.annotations {
+			ann[a] = ptr(v)
+		}
+		if s.recorded != "" {
+			ann[RestartedForAnnotation] = ptr(s.recorded)
+		}
+		if s.intent != "" {
+			ann[RestartingAnnotation] = ptr(s.intent)
+		}
+		if f.seededStates == nil {
+			f.seededStates = map[string]map[string]*string{}
+		}
+		f.seededStates[s.name] = ann
+	}
 }
 
 // recordedHashes lists the restarted-for values patched, in order.
@@ -427,6 +512,7 @@ type cmSpec struct {
 	annotations map[string]string
 	rv          string // resourceVersion; "" for the next one in sequence
 	intent      string // restarting annotation, "" for none
+	ownerSecret string // the Secret that owns it, "" for none
 }
 
 // lastRV numbers test events in the order they are made.
@@ -460,10 +546,11 @@ func (s cmSpec) json(t *testing.T) []byte {
 	if rv == "" {
 		rv = strconv.FormatUint(lastRV.Add(1), 10) // each event newer than the last, as on a watch
 	}
-	obj := map[string]any{
-		"kind": "ConfigMap", "apiVersion": "v1",
-		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv, "annotations": ann, "labels": s.labels},
+	meta := map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv, "annotations": ann, "labels": s.labels}
+	if s.ownerSecret != "" {
+		meta["ownerReferences"] = []map[string]any{{"apiVersion": "v1", "kind": "Secret", "name": s.ownerSecret, "uid": "secret-uid-1"}}
 	}
+	obj := map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": meta}
 	if s.data != nil {
 		obj["data"] = s.data
 	}

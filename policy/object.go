@@ -69,6 +69,10 @@ type object struct {
 	// such a ConfigMap is never acted on itself.
 	stateOf string
 	keyID   string // the digest key a state ConfigMap was written with
+	mac     string // a state ConfigMap's StateMACAnnotation
+	// ours: a state ConfigMap carries our label and its Secret as owner
+	// (what writeSecretState writes); one that does not is not a state.
+	ours bool
 }
 
 // stored is R and I as the server has them: on a ConfigMap itself, or on a
@@ -78,6 +82,7 @@ type stored struct {
 	intent   intent // I as annotated
 	halted   halt   // HaltedAnnotation as annotated
 	version  uint64 // the resourceVersion of the object that holds them
+	holder   string // a Secret's: the uid of its state ConfigMap, "" if none known
 	// known: the state can be told. A Secret's is not until the
 	// ConfigMaps of its namespace have been listed: until then an absent
 	// state ConfigMap may only not have arrived yet.
@@ -145,14 +150,24 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 			}
 		case DigestKeyIDAnnotation:
 			obj.keyID = cloneAtMost(v.String(), 2*keyIDBytes+1)
+		case StateMACAnnotation:
+			obj.mac = cloneAtMost(v.String(), 2*sha256.Size+1)
 		}
 		return true
 	})
 	if k == kindSecret {
 		// Its state is never read from it: it lives apart (secret.go).
-		obj.stored, obj.stateOf, obj.keyID = stored{}, "", ""
-		obj.hash = secretHash(key, doc.Get("data"))
+		obj.stored, obj.stateOf, obj.keyID, obj.mac = stored{}, "", "", ""
+		obj.hash = secretHash(key, obj.namespace, obj.name, doc.Get("data"))
 		return obj, nil
+	}
+	if obj.stateOf != "" {
+		ownedBySecret := false
+		meta.Get("ownerReferences").ForEach(func(_, o gjson.Result) bool {
+			ownedBySecret = o.Get("kind").String() == "Secret" && o.Get("name").String() == obj.stateOf
+			return !ownedBySecret
+		})
+		obj.ours = ownedBySecret && meta.Get("labels").Get(gjson.Escape(managedByLabel)).String() == "config-watcher"
 	}
 	obj.stored.version, obj.stored.known = obj.version, true
 	obj.hash = dataHash(doc.Get("data"), doc.Get("binaryData"))

@@ -9,6 +9,7 @@ package policy
 import (
 	"runtime/debug"
 
+	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -206,32 +207,35 @@ func (c *Controller) scopeOf(k kind, namespace string) *scope {
 	return c.all[k]
 }
 
-// isState: obj is the state ConfigMap of a Secret, if Secrets are watched.
+// isState: obj is the state ConfigMap of a Secret, as we write them, if
+// Secrets are watched. One of the name that is not ours is no state: it is
+// never read, nor written (writeSecretState).
 func (c *Controller) isState(obj object) bool {
-	return len(c.cfg.DigestKey) > 0 && obj.stateOf != "" && obj.name == stateName(obj.stateOf)
+	return len(c.cfg.DigestKey) > 0 && obj.stateOf != "" && obj.name == stateName(obj.stateOf) && obj.ours
 }
 
 // observeState takes a state ConfigMap's view (deleted: it is gone) to its
-// Secret's entry.
+// Secret's entry: all of it if it is ours, nothing otherwise (stateIsOurs).
+// A view not ours, and a deletion while the Secret is ours, are told, on
+// the Secret.
 func (c *Controller) observeState(obj object, deleted bool) {
 	key := keyOf(kindSecret, obj.namespace, obj.stateOf)
-	st := c.fromStateConfigMap(obj)
-	if obj.keyID != c.keyID && !deleted && !obj.stored.recorded.isZero() {
-		c.log.Warn("the state of this Secret was written under another digest key: its data is adopted as it is now",
-			"namespace", obj.namespace, "secret", obj.stateOf, "state_configmap", obj.name)
-	}
+	ours := c.stateIsOurs(obj)
+	st := fromStateConfigMap(obj, ours)
+	st.holder = obj.uid
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.seq++
 	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
 		delete(c.states, key)
+		c.mu.Unlock()
 		return
 	}
 	if s := c.states[key]; s != nil && !deleted && st.version != 0 && st.version <= s.st.version {
 		s.seen = c.seq // replayed by a resumed watch
+		c.mu.Unlock()
 		return
 	}
 	if deleted {
@@ -241,6 +245,33 @@ func (c *Controller) observeState(obj object, deleted bool) {
 		c.states[key] = &stateSeen{namespace: obj.namespace, st: st, seen: c.seq}
 	}
 	c.takeState(key, st)
+	var secret object // the Secret, if it is ours now
+	if e := c.entries[key]; e != nil && e.exists {
+		secret = e.obj
+	}
+	c.mu.Unlock()
+	c.tellState(obj, secret, ours, deleted)
+}
+
+// tellState makes a state ConfigMap's view visible where it needs a person:
+// one that was not written by this controller under its key, or the state
+// of a Secret still ours deleted. secret is that Secret (zero if none is
+// ours).
+func (c *Controller) tellState(obj, secret object, ours, deleted bool) {
+	log := c.log.With("namespace", obj.namespace, "secret", obj.stateOf, "state_configmap", obj.name)
+	held := !obj.stored.recorded.isZero() || obj.stored.intent.present() || !obj.stored.halted.hash.isZero()
+	switch {
+	case deleted && secret.name != "":
+		log.Warn("the state ConfigMap of this Secret was deleted: the controller keeps its record in memory and writes it again at the next round; had it been down, the Secret would have been adopted as it is")
+		c.event(secret, events.Warning, "StateRemoved", "The state ConfigMap "+obj.name+" of this Secret was deleted. Its record is kept in memory and written again at the next round.")
+	case deleted || ours || !held:
+	default:
+		c.metrics.StateUntrusted.Inc()
+		log.Warn("the state of this Secret was not written by this controller under its digest key (forged, edited, or another key): it is ignored, the Secret's data is adopted as it is now, and its pods are restarted at its next change")
+		if secret.name != "" {
+			c.event(secret, events.Warning, "StateUntrusted", "The state ConfigMap "+obj.name+" of this Secret was not written by config-watcher under its digest key (forged, or another key): it is ignored. The Secret's data is adopted as it is now; its pods are restarted at its next change.")
+		}
+	}
 }
 
 // takeState applies a Secret's state, as now known, to its entry and queues

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -370,7 +371,7 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, err = c.writeAnnotations(ctx, obj, map[string]any{RestartingAnnotation: nil, HaltedAnnotation: nil}); err != nil {
+		if rv, after.holder, err = c.writeAnnotations(ctx, obj, stateWrite{undo: true}, after); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -411,11 +412,13 @@ func (c *Controller) writeHalt(ctx context.Context, key string, obj object, r *r
 }
 
 // stateWrite is one write of the state: a record (R = the data, removing I
-// and the halt), an intent (removing the halt), or a halt.
+// and the halt), an intent (removing the halt), a halt, or an undo
+// (removing I and the halt).
 type stateWrite struct {
 	record bool
 	intent *intent
 	halt   *halt
+	undo   bool
 }
 
 // annotations returns the write as a merge patch of annotations, for data
@@ -426,6 +429,8 @@ func (w stateWrite) annotations(hash digest) map[string]any {
 		return map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
 	case w.intent != nil:
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
+	case w.undo:
+		return map[string]any{RestartingAnnotation: nil, HaltedAnnotation: nil}
 	}
 	return map[string]any{HaltedAnnotation: w.halt.text()}
 }
@@ -437,6 +442,8 @@ func (w stateWrite) after(st stored, hash digest) stored {
 		st.recorded, st.intent, st.halted = hash, intent{}, halt{}
 	case w.intent != nil:
 		st.intent, st.halted = *w.intent, halt{}
+	case w.undo:
+		st.intent, st.halted = intent{}, halt{}
 	default:
 		st.halted = *w.halt
 	}
@@ -465,7 +472,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 	var written uint64
 	if c.recordsOnServer() {
 		var err error
-		written, err = c.writeAnnotations(ctx, obj, w.annotations(obj.hash))
+		written, after.holder, err = c.writeAnnotations(ctx, obj, w, after)
 		what := "the record"
 		if w.intent != nil {
 			what = "the intent"
@@ -545,13 +552,16 @@ func (c *Controller) credit(key string, obj object) {
 	}
 }
 
-// writeAnnotations writes R or I (nil removes one) where the object's kind
-// keeps them, and returns the revision the server answered.
-func (c *Controller) writeAnnotations(ctx context.Context, obj object, annotations map[string]any) (uint64, error) {
+// writeAnnotations writes w, which leaves after, where the object's kind
+// keeps R and I, and returns the revision the server answered and the uid
+// of the object that holds them (after.holder when not told).
+func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWrite, after stored) (uint64, string, error) {
 	if obj.kind == kindSecret {
-		return c.writeSecretState(ctx, obj, annotations) // apiclient hides the digest in refusals
+		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
+		return rv, cmp.Or(holder, after.holder), err
 	}
-	return c.patchAnnotations(ctx, obj, annotations)
+	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash))
+	return rv, after.holder, err
 }
 
 // patchAnnotations merge-patches annotations of the ConfigMap, naming its

@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"hash"
 
 	"github.com/tidwall/gjson"
@@ -23,13 +25,30 @@ import (
 // sync, a ping-pong with the owner. Nothing is ever written on a Secret.
 //
 // R and I name the Secret's data by an HMAC-SHA256 under a key only the
-// controller holds (Config.DigestKey): whoever may read ConfigMaps cannot
-// test guesses of a low-entropy value against it, as they could against a
-// plain digest. The key's id is written beside them: state written under
-// another key cannot be compared, and the Secret is adopted as it is.
+// controller holds (Config.DigestKey), derived for each namespace and over
+// the Secret's namespace and name with its data: whoever may read
+// ConfigMaps cannot test guesses of a low-entropy value against it, nor
+// plant a Secret of their own to compare with, and equal Secrets show
+// different digests. The state carries a MAC under the same namespace key
+// over the Secret's name, R, I and the halt (stateMAC): a ConfigMap writer
+// cannot forge a record or an intent that the controller would act on.
+//
+// A state ConfigMap's view is used only if it is ours (stateIsOurs: under
+// our key, its MAC checks), and not at all otherwise: an intent that
+// cannot be authenticated would be a licence to restart on demand, and a
+// record one to suppress a restart. The Secret is then adopted as it is
+// now (its adoption writes our state over the view), its pods are
+// restarted at its next change, and a StateUntrusted Warning Event says so.
+// A state ConfigMap is written only through its uid once a view or an
+// answer showed it as ours (our label and a Secret owner of its name), and
+// created otherwise: a ConfigMap of that name that is not ours is never
+// written (errForeignState).
 
 // StateOfSecretAnnotation marks a state ConfigMap and names its Secret.
 const StateOfSecretAnnotation = "config-watcher.k8spatterns.io/state-of-secret"
+
+// StateMACAnnotation authenticates a state ConfigMap's state (stateMAC).
+const StateMACAnnotation = "config-watcher.k8spatterns.io/state-mac"
 
 // DigestKeyIDAnnotation names the key a state ConfigMap's digests were
 // made with (keyID).
@@ -65,15 +84,41 @@ func keyID(key []byte) string {
 	return hex.EncodeToString(m.Sum(nil)[:keyIDBytes])
 }
 
+// namespaceKey derives the key of one namespace's digests and MACs from
+// the digest key: a digest of one namespace says nothing of another's.
+func namespaceKey(key []byte, namespace string) []byte {
+	m := hmac.New(sha256.New, key)
+	writeString(m, "config-watcher namespace key")
+	writeString(m, namespace)
+	return m.Sum(nil)
+}
+
 // secretHash digests a Secret's data as dataHash does a ConfigMap's (keys
 // sorted, length-prefixed), over the decoded bytes of each value, with
-// HMAC-SHA256 under key: the same bytes give the same digest however they
-// were written (data, stringData). TestSecretHashIsPinned pins it: records
-// written earlier must keep matching.
-func secretHash(key []byte, data gjson.Result) digest {
-	h := hmac.New(sha256.New, key)
+// HMAC-SHA256 under the namespace's key, after the Secret's namespace and
+// name: the same bytes give the same digest however they were written
+// (data, stringData), and only for this Secret. TestSecretHashIsPinned pins
+// it: records written earlier must keep matching.
+func secretHash(key []byte, namespace, name string, data gjson.Result) digest {
+	h := hmac.New(sha256.New, namespaceKey(key, namespace))
+	writeString(h, namespace)
+	writeString(h, name)
 	writeSection(h, "data", data, writeDecoded)
 	return digest{sum: [sha256.Size]byte(h.Sum(nil)), keyed: true}
+}
+
+// stateMAC authenticates a Secret's state as a state ConfigMap holds it:
+// the Secret's namespace and name, R, I and the halt, each as written (""
+// when absent). TestStateMACIsPinned pins it.
+func stateMAC(key []byte, namespace, secret string, st stored) string {
+	m := hmac.New(sha256.New, namespaceKey(key, namespace))
+	writeString(m, "config-watcher state")
+	writeString(m, namespace)
+	writeString(m, secret)
+	writeString(m, st.recorded.textOrEmpty())
+	writeString(m, st.intent.text)
+	writeString(m, st.halted.textOrEmpty())
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // writeDecoded writes a base64 value decoded; anything else (the API never
@@ -91,25 +136,43 @@ func writeDecoded(h hash.Hash, v gjson.Result) {
 	writeString(h, v.Raw)
 }
 
-// fromStateConfigMap reads a state ConfigMap's view for its Secret. State
-// written under another key is not R or I for this one: R is dropped (the
-// Secret is adopted), and I stands for no data (its pods are mixed).
-func (c *Controller) fromStateConfigMap(obj object) stored {
+// stateIsOurs: a state ConfigMap's view was written by this controller
+// under its key (its MAC checks).
+func (c *Controller) stateIsOurs(obj object) bool {
+	return obj.keyID == c.keyID && hmac.Equal([]byte(obj.mac), []byte(stateMAC(c.cfg.DigestKey, obj.namespace, obj.stateOf, obj.stored)))
+}
+
+// fromStateConfigMap reads a state ConfigMap's view for its Secret: all of
+// it if it is ours, nothing otherwise.
+func fromStateConfigMap(obj object, ours bool) stored {
 	st := obj.stored
-	if obj.keyID != c.keyID {
-		st.recorded = digest{}
-		st.intent.hash = digest{}
+	if !ours {
+		st.recorded, st.intent, st.halted = digest{}, intent{}, halt{}
 	}
 	return st
 }
 
-// writeSecretState writes annotations (R or I; nil removes one) on the
-// Secret's state ConfigMap, creating it the first time, and returns the
-// revision the server answered. The ConfigMap is owned by the Secret: the
-// garbage collector removes it with the Secret.
-func (c *Controller) writeSecretState(ctx context.Context, obj object, annotations map[string]any) (uint64, error) {
-	annotations[StateOfSecretAnnotation] = obj.name
-	annotations[DigestKeyIDAnnotation] = c.keyID
+// errForeignState: a ConfigMap holds the name of a Secret's state and is
+// not ours. It is never written; a person renames or deletes it.
+var errForeignState = errors.New("a ConfigMap of this name exists and is not config-watcher's state of the Secret (no app.kubernetes.io/managed-by=config-watcher label and Secret owner): rename or delete it")
+
+// writeSecretState writes st, the whole state after a write, on the
+// Secret's state ConfigMap with its MAC, and returns the revision and uid
+// the server answered. It patches the ConfigMap through holder, the uid a
+// view or an answer showed ours, so that another ConfigMap of the name is
+// refused (a changed uid is a conflict); without one it creates it, and if
+// one exists, takes it only once a view shows it ours. The ConfigMap is
+// owned by the Secret: the garbage collector removes it with the Secret.
+func (c *Controller) writeSecretState(ctx context.Context, obj object, holder string, st stored) (uint64, string, error) {
+	name := stateName(obj.name)
+	annotations := map[string]any{
+		StateOfSecretAnnotation: obj.name,
+		DigestKeyIDAnnotation:   c.keyID,
+		StateMACAnnotation:      stateMAC(c.cfg.DigestKey, obj.namespace, obj.name, st),
+		RestartedForAnnotation:  orNil(st.recorded.textOrEmpty()),
+		RestartingAnnotation:    orNil(st.intent.text),
+		HaltedAnnotation:        orNil(st.halted.textOrEmpty()),
+	}
 	meta := map[string]any{
 		"labels":      map[string]string{managedByLabel: "config-watcher"},
 		"annotations": annotations,
@@ -117,34 +180,73 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, annotatio
 			{"apiVersion": "v1", "kind": "Secret", "name": obj.name, "uid": obj.uid},
 		},
 	}
-	path := apiclient.CorePath(obj.namespace, "configmaps", stateName(obj.name))
-	patch, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return 0, err
+	patch := func(uid string) ([]byte, error) {
+		meta["uid"] = uid
+		body, err := json.Marshal(map[string]any{"metadata": meta})
+		if err != nil {
+			return nil, err
+		}
+		return c.api.MergePatch(ctx, apiclient.CorePath(obj.namespace, "configmaps", name), body)
 	}
-	answer, err := c.api.MergePatch(ctx, path, patch)
-	if classify(err) == answerGone {
-		// The first write, or the state ConfigMap was deleted.
+	create := func() ([]byte, error) {
+		created := map[string]any{"name": name}
+		for k, v := range meta {
+			created[k] = v
+		}
 		for a, v := range annotations {
 			if v == nil {
-				delete(annotations, a)
+				delete(annotations, a) // nothing to remove in a create
 			}
 		}
-		meta["name"] = stateName(obj.name)
-		body, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+		body, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": created})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		answer, err = c.api.Create(ctx, apiclient.CorePath(obj.namespace, "configmaps", ""), body)
-		if classify(err) == answerConflict {
-			// Created meanwhile (by another replica's last term).
-			answer, err = c.api.MergePatch(ctx, path, patch)
-		}
-		if err != nil {
-			return 0, err
-		}
-	} else if err != nil {
-		return 0, err
+		return c.api.Create(ctx, apiclient.CorePath(obj.namespace, "configmaps", ""), body)
 	}
-	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), nil
+	var answer []byte
+	var err error
+	if holder != "" {
+		answer, err = patch(holder)
+	}
+	if holder == "" || classify(err) == answerGone {
+		answer, err = create()
+	}
+	if classify(err) == answerConflict {
+		// The name holds another ConfigMap than the one we held: ours,
+		// created by another replica's last term (a view shows it), or
+		// someone else's.
+		if ours := c.waitStateHolder(ctx, obj, holder); ours != "" {
+			answer, err = patch(ours)
+		} else {
+			err = fmt.Errorf("ConfigMap %s/%s: %w", obj.namespace, name, errForeignState)
+		}
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	return gjson.GetBytes(answer, "metadata.resourceVersion").Uint(), gjson.GetBytes(answer, "metadata.uid").String(), nil
+}
+
+// waitStateHolder returns the uid of the Secret's state ConfigMap as a
+// view shows it ours, other than refused, waiting up to c.replacedWait for
+// one; "" if none.
+func (c *Controller) waitStateHolder(ctx context.Context, obj object, refused string) string {
+	key := obj.key()
+	var uid string
+	c.waitFor(ctx, c.replacedWait, func() bool {
+		if s := c.states[key]; s != nil && s.st.holder != refused {
+			uid = s.st.holder
+		}
+		return uid != ""
+	})
+	return uid
+}
+
+// orNil is v, or nil (a removal in a merge patch) when it is empty.
+func orNil(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,10 +73,25 @@ func (s secretSpec) json(t *testing.T) []byte {
 	return b
 }
 
-// stateSpec describes an event of a Secret's state ConfigMap.
-func stateSpec(secret, keyID, recorded, intent string) cmSpec {
-	ann := map[string]string{StateOfSecretAnnotation: secret, DigestKeyIDAnnotation: keyID}
-	return cmSpec{name: stateName(secret), uid: "state-uid-" + secret, annotations: ann, recorded: recorded, intent: intent}
+// stateSpec describes an event of a Secret's state ConfigMap as the
+// controller writes it: our label, the Secret as owner, and under
+// keyID(testKey) a MAC that checks (under another key id, none).
+func stateSpec(secret, id, recorded, intent string) cmSpec {
+	ann := map[string]string{StateOfSecretAnnotation: secret, DigestKeyIDAnnotation: id}
+	if id == keyID(testKey) {
+		r, _ := parseDigest(recorded)
+		ann[StateMACAnnotation] = stateMAC(testKey, "ns", secret, stored{recorded: r, intent: parseIntent(intent)})
+	}
+	return cmSpec{name: stateName(secret), uid: "state-uid-" + secret, annotations: ann, recorded: recorded, intent: intent,
+		labels: map[string]string{managedByLabel: "config-watcher"}, ownerSecret: secret}
+}
+
+// forgedState is a state as a ConfigMap writer could make it: our key id
+// copied, a MAC that does not check.
+func forgedState(s cmSpec) cmSpec {
+	s.annotations = maps.Clone(s.annotations)
+	s.annotations[StateMACAnnotation] = strings.Repeat("0", 64)
+	return s
 }
 
 // secretHashOf is the digest the controller computes for a Secret's data.
@@ -96,6 +113,7 @@ func secretController(t *testing.T, api *fakeAPI, cfg Config, configMaps []cmSpe
 	c, _ := newTestController(t, api.client(), cfg)
 	listSecrets(t, c, secrets...)
 	listConfigMaps(t, c, configMaps...)
+	api.seedStates(configMaps)
 	start(t, c)
 	return c
 }
@@ -127,8 +145,36 @@ func TestSecretHashIsPinned(t *testing.T) {
 		binary[i] = byte(0xff - i)
 	}
 	data := map[string][]byte{"blob": binary, "message": []byte("Hello")}
-	assert.Equal(t, "hmac-sha256:89f0dc6c902381e88396779847afa3629e26dee827965056f366a634f65f68ed", secretHashOf(t, data))
+	assert.Equal(t, "hmac-sha256:99a24d44b0341b5678d65e5bd4b93e43fcd79815faf5cee74d12f3e2f8ad8fa7", secretHashOf(t, data))
 	assert.Equal(t, "2b0400e5", keyID(testKey))
+}
+
+// TestStateMACIsPinned pins the MAC of a Secret's state (computed apart,
+// with Python's hmac over the stream stateMAC describes): state written
+// earlier must keep checking.
+func TestStateMACIsPinned(t *testing.T) {
+	r, _ := parseDigest("hmac-sha256:" + strings.Repeat("ab", 32))
+	st := stored{recorded: r, intent: parseIntent("hmac-sha256:" + strings.Repeat("cd", 32) + "/uid-1,uid-2"),
+		halted: parseHalt("hmac-sha256:" + strings.Repeat("ef", 32) + "@2026-12-05T07:00:00Z")}
+	assert.Equal(t, "0def8f6de2af90b2b5b7e63409145b58e713c92814d76e36eafb25946f9bb25a", stateMAC(testKey, "ns", "webapp-secret", st))
+	assert.Equal(t, "565e7d8cb01cd59808f27dcab7280cacb7e0c24f12d4ce4de0dcb55a1f849980", stateMAC(testKey, "ns", "webapp-secret", stored{}))
+}
+
+// TestSecretDigestIsBoundToItsObject ensures equal data in another
+// Secret, of another name or namespace, digests apart: a digest tells
+// nothing of another Secret's value, and a Secret of one's own is no
+// oracle for another's.
+func TestSecretDigestIsBoundToItsObject(t *testing.T) {
+	digestOf := func(namespace, name string) string {
+		raw := strings.Replace(string(secretSpec{name: name, data: s1}.json(t)), `"namespace":"ns"`, `"namespace":"`+namespace+`"`, 1)
+		obj, err := parseObject([]byte(raw), kindSecret, DefaultSelectorAnnotation, testKey)
+		require.NoError(t, err)
+		return obj.hash.text()
+	}
+	base := digestOf("ns", "webapp-secret")
+	assert.NotEqual(t, base, digestOf("ns", "other-secret"), "another name")
+	assert.NotEqual(t, base, digestOf("other-ns", "webapp-secret"), "another namespace")
+	assert.NotEqual(t, digestOf("ns", "ab"), digestOf("nsa", "b"), "the boundary between namespace and name")
 }
 
 // TestSecretHashFollowsTheBytes ensures the digest changes with any byte,
@@ -259,7 +305,9 @@ func TestSecretStateIsKnownOnlyOnceConfigMapsAreListed(t *testing.T) {
 		{"UnchangedDoesNothing", []cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), "")}, 0, false},
 		{"NoStateAdopts", nil, 0, true},
 		{"StateUnderAnotherKeyAdopts", []cmSpec{stateSpec("webapp-secret", "00000000", secretHashOf(t, s1), "")}, 0, true},
-		{"IntentUnderAnotherKeyRestartsEveryPod", []cmSpec{stateSpec("webapp-secret", "00000000", secretHashOf(t, s1), secretHashOf(t, s2)+"/uid-1")}, 3, true},
+		// An intent that cannot be authenticated is no licence to restart.
+		{"IntentUnderAnotherKeyIsIgnored", []cmSpec{stateSpec("webapp-secret", "00000000", secretHashOf(t, s1), secretHashOf(t, s2)+"/uid-1")}, 0, true},
+		{"ForgedRecordAdopts", []cmSpec{forgedState(stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), ""))}, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,6 +320,7 @@ func TestSecretStateIsKnownOnlyOnceConfigMapsAreListed(t *testing.T) {
 			settle(t, c)
 			require.Empty(t, api.requests, "the Secret's state is not known yet")
 
+			api.seedStates(tt.state)
 			for _, s := range tt.state {
 				cms.Handle(watch.Event{Type: watch.Synced, Object: s.json(t)})
 			}
@@ -330,16 +379,14 @@ func TestSecretRewrittenWholeByItsOwner(t *testing.T) {
 }
 
 // TestSecretStateConfigMapCreatedOnFirstWrite ensures the first write of a
-// Secret's state creates its state ConfigMap (the patch finds none), with
-// no removal in it, and that a deleted one is created again.
+// Secret's state creates its state ConfigMap, with no removal in it, and
+// that one deleted is created again: a write through its uid that finds
+// none creates it.
 func TestSecretStateConfigMapCreatedOnFirstWrite(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	api.fault = func(r request) (int, string, bool) {
-		switch {
-		case r.method == http.MethodPatch && strings.HasSuffix(r.path, "/configmaps/config-watcher-secret.webapp-secret"):
+		if r.method == http.MethodPatch && strings.HasSuffix(r.path, "/configmaps/config-watcher-secret.webapp-secret") {
 			return 404, `{"kind":"Status","code":404,"reason":"NotFound"}`, true
-		case r.method == http.MethodPost && r.path == "/api/v1/namespaces/ns/configmaps":
-			return 201, `{"kind":"ConfigMap","metadata":{"resourceVersion":"` + strconv.FormatUint(lastRV.Add(1), 10) + `"}}`, true
 		}
 		return 0, "", false
 	}
@@ -348,17 +395,31 @@ func TestSecretStateConfigMapCreatedOnFirstWrite(t *testing.T) {
 
 	creates := api.seen(http.MethodPost, "configmaps")
 	require.Len(t, creates, 1, "the adoption's record")
+	require.Empty(t, api.seen(http.MethodPatch, "configmaps"), "no state ConfigMap known: created at once")
 	var body map[string]any
 	require.NoError(t, json.Unmarshal([]byte(creates[0].body), &body))
 	meta := body["metadata"].(map[string]any)
 	assert.Equal(t, "ConfigMap", body["kind"])
 	assert.Equal(t, "config-watcher-secret.webapp-secret", meta["name"])
+	r, _ := parseDigest(secretHashOf(t, s1))
 	assert.Equal(t, map[string]any{
 		RestartedForAnnotation:  secretHashOf(t, s1),
 		StateOfSecretAnnotation: "webapp-secret",
 		DigestKeyIDAnnotation:   keyID(testKey),
+		StateMACAnnotation:      stateMAC(testKey, "ns", "webapp-secret", stored{recorded: r}),
 	}, meta["annotations"], "no removal of I in a create")
 	assert.Empty(t, api.deletedPods())
+
+	// Deleted since: each write through its uid finds none and creates it.
+	handleSecret(t, c, watch.Modified, secretSpec{selector: ptr("app=webapp"), data: s2})
+	settle(t, c)
+	assert.Len(t, api.deletedPods(), 3)
+	assert.Len(t, api.seen(http.MethodPatch, "configmaps"), 2, "the intent and the record, each through the uid")
+	creates = api.seen(http.MethodPost, "configmaps")
+	require.Len(t, creates, 3, "each created again")
+	last := gjson.Get(creates[2].body, "metadata.annotations")
+	assert.Equal(t, secretHashOf(t, s2), last.Get(gjson.Escape(RestartedForAnnotation)).String(), "the record")
+	assert.False(t, last.Get(gjson.Escape(RestartingAnnotation)).Exists(), "the record")
 }
 
 // TestSecretAndConfigMapOfOneNameAreTwoObjects ensures a ConfigMap and a
@@ -426,7 +487,7 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		if refuse != nil {
 			api.fault = func(r request) (int, string, bool) {
-				if r.method != http.MethodPatch {
+				if r.method != http.MethodPatch && r.method != http.MethodPost {
 					return 0, "", false
 				}
 				// A server quoting what it refuses.
@@ -513,4 +574,93 @@ func TestOwnerSyncDuringARoundKeepsItsIntent(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, written, "the intent written once: %v", api.intents())
+}
+
+// TestUnauthenticatedStateRestartsNothing ensures a state ConfigMap whose
+// MAC does not check under our key (a ConfigMap writer's forgery with our
+// key id copied, one without a MAC, another key's) is no licence to
+// restart: its record says the data changed and its intent names pods,
+// yet no pod goes down, the Secret is adopted as it is, our state is
+// written over the view through its uid, and it is told: a StateUntrusted
+// Warning Event and a count.
+func TestUnauthenticatedStateRestartsNothing(t *testing.T) {
+	changed, pending := secretHashOf(t, s1), secretHashOf(t, s2)+"/uid-1,uid-2"
+	for _, tt := range []struct {
+		name  string
+		state cmSpec
+	}{
+		{"Forged", forgedState(stateSpec("webapp-secret", keyID(testKey), changed, pending))},
+		{"WithoutMAC", func() cmSpec {
+			s := stateSpec("webapp-secret", keyID(testKey), changed, pending)
+			s.annotations = maps.Clone(s.annotations)
+			delete(s.annotations, StateMACAnnotation)
+			return s
+		}()},
+		{"AnotherKey", stateSpec("webapp-secret", "00000000", changed, pending)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			rec := &fakeRecorder{}
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, MaxUnavailable: Budget{Percent: 100}})
+			listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s2})
+			listConfigMaps(t, c, tt.state)
+			api.seedStates([]cmSpec{tt.state})
+			start(t, c)
+			settle(t, c)
+
+			assert.Empty(t, api.deletedPods())
+			assert.Equal(t, []string{secretHashOf(t, s2)}, api.recordedHashes(), "adopted")
+			writes := api.seen(http.MethodPatch, "configmaps")
+			require.Len(t, writes, 1, "our state over the view, through its uid")
+			assert.Equal(t, "state-uid-webapp-secret", gjson.Get(writes[0].body, "metadata.uid").String())
+			assert.Equal(t, uint64(1), m.StateUntrusted.Value())
+			assert.Equal(t, []string{"Secret/StateUntrusted"}, rec.reasons())
+		})
+	}
+}
+
+// TestForeignConfigMapOfTheStateNameIsNeverWritten ensures a ConfigMap
+// that holds the name of a Secret's state but is not ours (no label, no
+// Secret owner: someone else's, or a trap) is neither read nor written:
+// the create finds it, no view shows it ours, and the write is refused
+// visibly with the fix.
+func TestForeignConfigMapOfTheStateNameIsNeverWritten(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, MaxUnavailable: Budget{Percent: 100}})
+	foreign := cmSpec{name: stateName("webapp-secret"), uid: "foreign-uid", recorded: secretHashOf(t, s1),
+		annotations: map[string]string{StateOfSecretAnnotation: "webapp-secret", DigestKeyIDAnnotation: keyID(testKey)}}
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s2})
+	listConfigMaps(t, c, foreign)
+	start(t, c)
+
+	require.Eventually(t, func() bool { return slices.Contains(rec.reasons(), "Secret/WriteRefused") }, waitFor, time.Millisecond)
+	assert.Empty(t, api.seen(http.MethodPatch, "configmaps"), "never written")
+	assert.Empty(t, api.deletedPods(), "its record is no state")
+	for _, e := range rec.all() {
+		if e.reason == "WriteRefused" {
+			assert.Contains(t, e.message, "a ConfigMap named config-watcher-secret.webapp-secret in ns holds the name of this Secret's state and was not written by config-watcher: rename or delete it")
+		}
+	}
+}
+
+// TestDeletedStateIsTold ensures a state ConfigMap deleted while its
+// Secret is ours is told (a StateRemoved Warning Event): had the
+// controller been down, the Secret would have been adopted as it is.
+func TestDeletedStateIsTold(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, MaxUnavailable: Budget{Percent: 100}})
+	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
+	listConfigMaps(t, c, state)
+	start(t, c)
+	settle(t, c)
+	require.Empty(t, rec.reasons())
+
+	handle(t, c, watch.Deleted, state)
+	settle(t, c)
+	assert.Equal(t, []string{"Secret/StateRemoved"}, rec.reasons())
+	assert.Empty(t, api.deletedPods())
 }

@@ -357,6 +357,10 @@ var alertCases = map[string]struct{ fires, quiet string }{
 		quiet: `config_watcher_writes_refused_total{namespace="a",pod="leader",resource="configmaps"} 0+0x20
 		        config_watcher_writes_refused_total{namespace="a",pod="leader",resource="pods"} 0+0x15 2+0x5`,
 	},
+	"ConfigWatcherStateUntrusted": {
+		fires: `config_watcher_state_untrusted_total{namespace="a",pod="leader"} 0+0x15 1+0x5`,
+		quiet: `config_watcher_state_untrusted_total{namespace="a",pod="leader"} 0+0x5 1+0x15`,
+	},
 	"ConfigWatcherWatchDown": { // the gauge holds the Unix time of the last event; the test's clock starts at 0
 		fires: `config_watcher_last_event_timestamp_seconds{namespace="a",pod="leader"} 0+0x20`,
 		quiet: `config_watcher_last_event_timestamp_seconds{namespace="a",pod="leader"} 0+60x20`,
