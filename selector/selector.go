@@ -135,6 +135,20 @@ func ParseAny(s string) (*Selector, error) {
 	return &Selector{requirements: reqs}, nil
 }
 
+// ParseLabel parses one label as `key=value` (a non-empty value), the form
+// of a label every selected pod must carry (POD_OPT_IN_LABEL), into a
+// selector of it alone.
+func ParseLabel(s string) (*Selector, error) {
+	sel, err := ParseAny(s)
+	if err != nil {
+		return nil, err
+	}
+	if r := sel.requirements; len(r) != 1 || r[0].Operator != Equals || r[0].Values[0] == "" {
+		return nil, errors.New("must be one label as key=value, e.g. config-watcher.k8spatterns.io/restart=true")
+	}
+	return sel, nil
+}
+
 // And returns the conjunction of s and o: how a required label
 // (POD_OPT_IN_LABEL) joins every selector. Neither is changed.
 func (s *Selector) And(o *Selector) *Selector {

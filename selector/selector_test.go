@@ -168,6 +168,20 @@ func TestParseAnyTakesWhatParseRefusesForBreadth(t *testing.T) {
 	assert.ErrorIs(t, err, ErrEmpty)
 }
 
+// TestParseLabelTakesOneKeyValue ensures a required label is one key=value,
+// and anything else is refused with the form to give.
+func TestParseLabelTakesOneKeyValue(t *testing.T) {
+	s, err := ParseLabel("config-watcher.k8spatterns.io/restart=true")
+	require.NoError(t, err)
+	assert.Equal(t, "config-watcher.k8spatterns.io/restart=true", s.String())
+	for _, in := range []string{"restart", "restart=", "restart!=true", "a=b,c=d", "restart in (true)", "!restart"} {
+		_, err := ParseLabel(in)
+		assert.ErrorContains(t, err, "key=value", in)
+	}
+	_, err = ParseLabel("a b")
+	assert.Error(t, err)
+}
+
 // TestAndRequiresBoth ensures a joined requirement (POD_OPT_IN_LABEL) must
 // hold too, is rendered for the server, and leaves both selectors as they were.
 func TestAndRequiresBoth(t *testing.T) {

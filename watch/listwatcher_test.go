@@ -664,3 +664,68 @@ func TestListWatcherTimeoutEndCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestListWatcherLabelSelectorNarrowsListAndWatch ensures a label selector
+// (the Namespaces that opted in) goes with every list page and every watch.
+func TestListWatcherLabelSelectorNarrowsListAndWatch(t *testing.T) {
+	api := newFakeAPI(t).
+		onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
+		onWatch(stream(modified("a", "101")))
+	srv := api.start()
+	l := newLoop(t, srv.URL, Config{PageSize: 1, LabelSelector: "config-watcher.k8spatterns.io/enabled=true"}).run(t)
+	api.waitWatches(t, 2)
+	l.stop(t)
+	for i, r := range append(api.listRequests(), api.watchRequests()...) {
+		assert.Equal(t, "config-watcher.k8spatterns.io/enabled=true", r.Query.Get("labelSelector"), "request #%d: %v", i+1, r.Query)
+	}
+}
+
+// TestListWatcherRelistListsAgainAtOnce ensures Relist ends the open watch
+// and lists again without a backoff, so the handler sees every object
+// afresh, and the watch that follows is counted with the reason relist.
+func TestListWatcherRelistListsAgainAtOnce(t *testing.T) {
+	api := newFakeAPI(t).onList(oneItemList(), list("200", "", item("a", "150"), item("b", "160")))
+	srv := api.start()
+	l := startLoop(t, srv.URL)
+	api.waitWatches(t, 1)
+	l.lw.Relist()
+	api.waitWatches(t, 2)
+	l.stop(t)
+	assert.Len(t, api.listRequests(), 2)
+	assert.Equal(t, "200", api.watchRequests()[1].Query.Get("resourceVersion"), "the watch goes on from the new list")
+	assert.Equal(t, uint64(1), l.m.WatchStarts.Value("relist"))
+	assert.Empty(t, l.after.requested(), "no backoff")
+	assert.Equal(t, []string{"BeginList", "SYNCED a@90", "EndList", "BeginList", "SYNCED a@150", "SYNCED b@160", "EndList"}, l.h.seen(),
+		"the second list reached the handler whole")
+}
+
+// TestListWatcherRelistBeforeTheWatchIsNotLost ensures a Relist asked for
+// while the loop lists (no watch open to end) still makes it list again.
+func TestListWatcherRelistBeforeTheWatchIsNotLost(t *testing.T) {
+	gate := make(chan struct{})
+	api := newFakeAPI(t).onList(gated(gate, oneItemList()), oneItemList())
+	srv := api.start()
+	l := startLoop(t, srv.URL)
+	api.waitLists(t, 1)
+	l.lw.Relist()
+	close(gate)
+	api.waitLists(t, 2)
+	api.waitWatches(t, 1)
+	l.stop(t)
+	assert.Len(t, api.watchRequests(), 1, "no watch of the first list's revision is kept open")
+}
+
+// TestListWatcherStartAfterHoldsTheFirstList ensures a loop with StartAfter
+// runs (alive) but asks nothing until it is closed.
+func TestListWatcherStartAfterHoldsTheFirstList(t *testing.T) {
+	api := newFakeAPI(t).onList(oneItemList())
+	srv := api.start()
+	gate := make(chan struct{})
+	l := newLoop(t, srv.URL, Config{StartAfter: gate}).run(t)
+	require.Eventually(t, l.lw.Alive, waitLimit, time.Millisecond)
+	assert.Empty(t, api.listRequests(), "nothing asked before the gate opens")
+	assert.Equal(t, "initial list not done", l.lw.Unready())
+	close(gate)
+	api.waitWatches(t, 1)
+	l.stop(t)
+}
