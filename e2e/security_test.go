@@ -323,7 +323,8 @@ data:
   message: "Hello"
 `, selectorAnnotation))
 	apply(t, ns, webappDeployment("configMapKeyRef", "shared-config", "message"))
-	apply(t, ns, strings.NewReplacer("name: webapp\n", "name: consenting\n", "app: webapp\n", "app: consenting\n        config-watcher.k8spatterns.io/restart: \"true\"\n").
+	// The same Deployment as consenting: its pod template carries the opt-in label.
+	apply(t, ns, strings.NewReplacer("name: webapp\n", "name: consenting\n", "        app: webapp\n", "        app: consenting\n        config-watcher.k8spatterns.io/restart: \"true\"\n", "app: webapp\n", "app: consenting\n").
 		Replace(webappDeployment("configMapKeyRef", "shared-config", "message")))
 	webapp := waitPods(t, ns, "app=webapp", 2)
 	consenting := waitPods(t, ns, "app=consenting,config-watcher.k8spatterns.io/restart=true", 2)
