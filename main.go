@@ -180,8 +180,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	if cfg.namespaceConsent() {
 		consent = policy.NewNamespaceConsent(cfg.NamespaceSelector, log.With("watch", "namespaces"))
 		pcfg.Namespaces, startAfter = consent, consent.Listed()
-		// Only the Namespaces that opted in, and only their metadata.
-		lws = append(lws, watch.New(watch.Config{Path: apiclient.CoreClusterPath("namespaces"), Kind: "Namespace", MetadataOnly: true, LabelSelector: cfg.NamespaceSelector.String()},
+		// Only the Namespaces that opted in, and only their metadata (no
+		// Kind: metadata-only watch events are PartialObjectMetadata).
+		lws = append(lws, watch.New(watch.Config{Path: apiclient.CoreClusterPath("namespaces"), MetadataOnly: true, LabelSelector: cfg.NamespaceSelector.String()},
 			client, consent, log.With("watch", "namespaces"), watch.NewMetricsFor(reg, "namespace")))
 	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
