@@ -145,24 +145,8 @@ var settings = []setting{
 		c.PodUID = v
 		return nil
 	})},
-	{"NAMESPACE_SELECTOR", "namespace-selector", "config-watcher.k8spatterns.io/enabled=true", "with WATCH_NAMESPACE=*, the label selector of the Namespaces that opt in: ConfigMaps and Secrets elsewhere are ignored (needs list and watch on namespaces); empty: every namespace", text(func(c *config, v string) error {
-		c.NamespaceSelector = nil
-		if v == "" {
-			return nil
-		}
-		sel, err := selector.ParseAny(v)
-		c.NamespaceSelector = sel
-		return err
-	})},
-	{"POD_OPT_IN_LABEL", "pod-opt-in-label", "", "a label (key=value) every restarted pod must carry besides matching the selector, so a workload consents in its own pod template (e.g. config-watcher.k8spatterns.io/restart=true); empty: none, the book's pattern", text(func(c *config, v string) error {
-		c.PodOptIn = nil
-		if v == "" {
-			return nil
-		}
-		sel, err := selector.ParseLabel(v)
-		c.PodOptIn = sel
-		return err
-	})},
+	{"NAMESPACE_SELECTOR", "namespace-selector", "config-watcher.k8spatterns.io/enabled=true", "with WATCH_NAMESPACE=*, the label selector of the Namespaces that opt in: ConfigMaps and Secrets elsewhere are ignored (needs list and watch on namespaces); empty: every namespace", selectorSetting(selector.ParseAny, func(c *config) **selector.Selector { return &c.NamespaceSelector })},
+	{"POD_OPT_IN_LABEL", "pod-opt-in-label", "", "a label (key=value) every restarted pod must carry besides matching the selector, so a workload consents in its own pod template (e.g. config-watcher.k8spatterns.io/restart=true); empty: none, the book's pattern", selectorSetting(selector.ParseLabel, func(c *config) **selector.Selector { return &c.PodOptIn })},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
 	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
 	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key of the digests of Secret data: 32 random bytes, base64-encoded (blanks around it ignored); required with WATCH_SECRETS", text(func(c *config, v string) error {
@@ -194,6 +178,19 @@ var settings = []setting{
 	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", leaseTime(func(c *config) *time.Duration { return &c.LeaseDuration })},
 	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", leaseTime(func(c *config) *time.Duration { return &c.RenewDeadline })},
 	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", leaseTime(func(c *config) *time.Duration { return &c.RetryPeriod })},
+}
+
+// selectorSetting is a selector parse takes, or none when empty.
+func selectorSetting(parse func(string) (*selector.Selector, error), field func(c *config) **selector.Selector) value {
+	return text(func(c *config, v string) error {
+		*field(c) = nil
+		if v == "" {
+			return nil
+		}
+		sel, err := parse(v)
+		*field(c) = sel
+		return err
+	})
 }
 
 func boolSetting(field func(c *config) *bool) value {

@@ -62,22 +62,36 @@ func controllerPods() []*fakePod {
 // controller's Deployment restarts neither its own pod nor the standby, with
 // or without the pod index, once the owner is learnt from the API.
 func TestStandbyReplicaNeverRestarted(t *testing.T) {
+	roundOfBothKinds(t, controllerPods, func(t *testing.T, api *fakeAPI, cfg *Config) {
+		own, err := LearnOwnPod(t.Context(), api.client(), OwnPod{Namespace: "ns", Name: "cw-1", UID: "uid-cw-1"})
+		require.NoError(t, err)
+		require.Equal(t, "uid-cw-rs", own.OwnerUID, "the owner is learnt from the pod")
+		cfg.OwnPod = own
+	}, "app.kubernetes.io/name=config-watcher", func(t *testing.T, api *fakeAPI) {
+		assert.Empty(t, api.deletedPods(), "neither replica of the controller")
+	})
+}
+
+// roundOfBothKinds runs one round of a change to a ConfigMap of selector
+// over the pods made by pods, once listing them first and once from the pod
+// index (all at once, as only then a round begins from the index); setup
+// may change the controller's Config first, and check looks at the API
+// afterwards.
+func roundOfBothKinds(t *testing.T, pods func() []*fakePod, setup func(*testing.T, *fakeAPI, *Config), selector string, check func(*testing.T, *fakeAPI)) {
 	for _, indexed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Listed", true: "FromTheIndex"}[indexed], func(t *testing.T) {
-			pods := controllerPods()
+			pods := pods()
 			api := newFakeAPI(t, pods...)
-			own, err := LearnOwnPod(t.Context(), api.client(), OwnPod{Namespace: "ns", Name: "cw-1", UID: "uid-cw-1"})
-			require.NoError(t, err)
-			require.Equal(t, "uid-cw-rs", own.OwnerUID, "the owner is learnt from the pod")
-			cfg := Config{RecordHash: true, OwnPod: own, MaxUnavailable: Budget{Percent: 100}}
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}
 			if indexed {
 				cfg = withIndex(cfg, indexOf(t, pods...))
 			}
+			setup(t, api, &cfg)
 			c, _ := newTestController(t, api.client(), cfg)
 			start(t, c)
-			handle(t, c, watch.Modified, cmSpec{selector: ptr("app.kubernetes.io/name=config-watcher"), recorded: hashOf(t, v1), data: v2})
+			handle(t, c, watch.Modified, cmSpec{selector: ptr(selector), recorded: hashOf(t, v1), data: v2})
 			settle(t, c)
-			assert.Empty(t, api.deletedPods(), "neither replica of the controller")
+			check(t, api)
 		})
 	}
 }
@@ -116,31 +130,21 @@ func TestLearnOwnPodRefuses(t *testing.T) {
 func TestPodOptInLabelRestartsOnlyConsentingPods(t *testing.T) {
 	optIn, err := selector.ParseLabel("config-watcher.k8spatterns.io/restart=true")
 	require.NoError(t, err)
-	for _, indexed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Listed", true: "FromTheIndex"}[indexed], func(t *testing.T) {
-			consenting := map[string]string{"app": "webapp", "config-watcher.k8spatterns.io/restart": "true"}
-			pods := []*fakePod{
-				{name: "webapp-1", uid: "uid-1", labels: consenting},
-				{name: "webapp-2", uid: "uid-2", labels: map[string]string{"app": "webapp"}},
-				{name: "webapp-3", uid: "uid-3", labels: map[string]string{"app": "webapp", "config-watcher.k8spatterns.io/restart": "false"}},
-			}
-			api := newFakeAPI(t, pods...)
-			cfg := Config{RecordHash: true, PodOptIn: optIn, MaxUnavailable: Budget{Percent: 100}}
-			if indexed {
-				cfg = withIndex(cfg, indexOf(t, pods...))
-			}
-			c, _ := newTestController(t, api.client(), cfg)
-			start(t, c)
-			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-			settle(t, c)
-			assert.Equal(t, []string{"webapp-1"}, api.deletedPods())
-			for _, r := range api.seen(http.MethodGet, "pods") {
-				if ls := strings.Join(r.query["labelSelector"], ""); ls != "" {
-					assert.Equal(t, "app=webapp,config-watcher.k8spatterns.io/restart=true", ls)
-				}
-			}
-		})
+	pods := func() []*fakePod {
+		return []*fakePod{
+			{name: "webapp-1", uid: "uid-1", labels: map[string]string{"app": "webapp", "config-watcher.k8spatterns.io/restart": "true"}},
+			{name: "webapp-2", uid: "uid-2", labels: map[string]string{"app": "webapp"}},
+			{name: "webapp-3", uid: "uid-3", labels: map[string]string{"app": "webapp", "config-watcher.k8spatterns.io/restart": "false"}},
+		}
 	}
+	roundOfBothKinds(t, pods, func(_ *testing.T, _ *fakeAPI, cfg *Config) { cfg.PodOptIn = optIn }, "app=webapp", func(t *testing.T, api *fakeAPI) {
+		assert.Equal(t, []string{"webapp-1"}, api.deletedPods())
+		for _, r := range api.seen(http.MethodGet, "pods") {
+			if ls := strings.Join(r.query["labelSelector"], ""); ls != "" {
+				assert.Equal(t, "app=webapp,config-watcher.k8spatterns.io/restart=true", ls)
+			}
+		}
+	})
 }
 
 // TestPodOptInLabelDoesNotWidenABroadSelector ensures the opt-in label is

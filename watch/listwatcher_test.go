@@ -52,22 +52,34 @@ func TestListWatcherListsPagesThenWatches(t *testing.T) {
 	assert.Empty(t, l.after.requested(), "a watch that delivered events is resumed at once")
 }
 
-// TestListWatcherFieldSelectorNarrowsListAndWatch ensures a field selector
-// goes with every list page and every watch, so the server never sends
-// what it excludes.
-func TestListWatcherFieldSelectorNarrowsListAndWatch(t *testing.T) {
-	api := newFakeAPI(t).
-		onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
-		onWatch(stream(modified("a", "101")))
-	srv := api.start()
-	l := newLoop(t, srv.URL, Config{PageSize: 1, FieldSelector: "type!=helm.sh/release.v1"}).run(t)
-	api.waitWatches(t, 2)
-	l.stop(t)
+// TestListWatcherSelectorsNarrowListAndWatch ensures a field selector (the
+// Secrets not Helm's) and a label selector (the Namespaces that opted in) go
+// with every list page and every watch, so the server never sends what they
+// exclude.
+func TestListWatcherSelectorsNarrowListAndWatch(t *testing.T) {
+	for _, tt := range []struct{ name, param, value string }{
+		{"FieldSelector", "fieldSelector", "type!=helm.sh/release.v1"},
+		{"LabelSelector", "labelSelector", "config-watcher.k8spatterns.io/enabled=true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t).
+				onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
+				onWatch(stream(modified("a", "101")))
+			srv := api.start()
+			cfg := Config{PageSize: 1, FieldSelector: tt.value}
+			if tt.param == "labelSelector" {
+				cfg = Config{PageSize: 1, LabelSelector: tt.value}
+			}
+			l := newLoop(t, srv.URL, cfg).run(t)
+			api.waitWatches(t, 2)
+			l.stop(t)
 
-	lists := api.listRequests()
-	require.Len(t, lists, 2)
-	for i, r := range append(lists, api.watchRequests()...) {
-		assert.Equal(t, "type!=helm.sh/release.v1", r.Query.Get("fieldSelector"), "request #%d: %v", i+1, r.Query)
+			lists := api.listRequests()
+			require.Len(t, lists, 2)
+			for i, r := range append(lists, api.watchRequests()...) {
+				assert.Equal(t, tt.value, r.Query.Get(tt.param), "request #%d: %v", i+1, r.Query)
+			}
+		})
 	}
 }
 
@@ -662,21 +674,6 @@ func TestListWatcherTimeoutEndCounted(t *testing.T) {
 			l.stop(t)
 			assert.Equal(t, uint64(1), l.m.WatchStarts.Value(tt.wantEnd))
 		})
-	}
-}
-
-// TestListWatcherLabelSelectorNarrowsListAndWatch ensures a label selector
-// (the Namespaces that opted in) goes with every list page and every watch.
-func TestListWatcherLabelSelectorNarrowsListAndWatch(t *testing.T) {
-	api := newFakeAPI(t).
-		onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
-		onWatch(stream(modified("a", "101")))
-	srv := api.start()
-	l := newLoop(t, srv.URL, Config{PageSize: 1, LabelSelector: "config-watcher.k8spatterns.io/enabled=true"}).run(t)
-	api.waitWatches(t, 2)
-	l.stop(t)
-	for i, r := range append(api.listRequests(), api.watchRequests()...) {
-		assert.Equal(t, "config-watcher.k8spatterns.io/enabled=true", r.Query.Get("labelSelector"), "request #%d: %v", i+1, r.Query)
 	}
 }
 
