@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,25 +32,32 @@ type config struct {
 	LogFormat          string
 	LogLevel           slog.Level
 	PodName            string
-	RecordHash         bool
-	WatchSecrets       bool
-	DigestKeyFile      string
-	DigestKey          []byte // read from DigestKeyFile when WatchSecrets
-	Workers            int
-	ShutdownTimeout    time.Duration
-	RestartStrategy    string
-	MaxUnavailable     policy.Budget
-	MinReadySeconds    int
-	ProgressDeadline   time.Duration
-	MaxConcurrent      int
-	DryRun             bool
-	PodIndex           bool
-	Events             bool
-	LeaderElect        bool
-	LeaseName          string
-	LeaseDuration      time.Duration
-	RenewDeadline      time.Duration
-	RetryPeriod        time.Duration
+	PodNamespace       string
+	PodUID             string
+	// NamespaceSelector chooses the Namespaces that opted in under
+	// WATCH_NAMESPACE=*; nil: every namespace.
+	NamespaceSelector *selector.Selector
+	// PodOptIn is the label every restarted pod must carry; nil: none.
+	PodOptIn         *selector.Selector
+	RecordHash       bool
+	WatchSecrets     bool
+	DigestKeyFile    string
+	DigestKey        []byte // read from DigestKeyFile when WatchSecrets
+	Workers          int
+	ShutdownTimeout  time.Duration
+	RestartStrategy  string
+	MaxUnavailable   policy.Budget
+	MinReadySeconds  int
+	ProgressDeadline time.Duration
+	MaxConcurrent    int
+	DryRun           bool
+	PodIndex         bool
+	Events           bool
+	LeaderElect      bool
+	LeaseName        string
+	LeaseDuration    time.Duration
+	RenewDeadline    time.Duration
+	RetryPeriod      time.Duration
 }
 
 // setting is one environment variable and its flag twin.
@@ -122,9 +131,25 @@ var settings = []setting{
 		c.PodName = v
 		return nil
 	})},
+	{"POD_NAMESPACE", "pod-namespace", "", "namespace of the controller's own pod (from the Downward API): with POD_NAME, the controller reads its pod once to learn its owner, and never restarts a pod of that owner (a standby replica)", text(func(c *config, v string) error {
+		if v != "" && k8sname.Label(v) != nil {
+			return errors.New("must be a namespace name (a DNS-1123 label)")
+		}
+		c.PodNamespace = v
+		return nil
+	})},
+	{"POD_UID", "pod-uid", "", "uid of the controller's own pod (from the Downward API), which it never restarts", text(func(c *config, v string) error {
+		if len(v) > 128 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return errors.New("must be a pod's metadata.uid")
+		}
+		c.PodUID = v
+		return nil
+	})},
+	{"NAMESPACE_SELECTOR", "namespace-selector", "config-watcher.k8spatterns.io/enabled=true", "with WATCH_NAMESPACE=*, the label selector of the Namespaces that opt in: ConfigMaps and Secrets elsewhere are ignored (needs list and watch on namespaces); empty: every namespace", selectorSetting(selector.ParseAny, func(c *config) **selector.Selector { return &c.NamespaceSelector })},
+	{"POD_OPT_IN_LABEL", "pod-opt-in-label", "", "a label (key=value) every restarted pod must carry besides matching the selector, so a workload consents in its own pod template (e.g. config-watcher.k8spatterns.io/restart=true); empty: none, the book's pattern", selectorSetting(selector.ParseLabel, func(c *config) **selector.Selector { return &c.PodOptIn })},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
 	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
-	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key (32 bytes or more) of the digests of Secret data; required with WATCH_SECRETS", text(func(c *config, v string) error {
+	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key of the digests of Secret data: 32 random bytes, base64-encoded (blanks around it ignored); required with WATCH_SECRETS", text(func(c *config, v string) error {
 		c.DigestKeyFile = v
 		return nil
 	})},
@@ -153,6 +178,19 @@ var settings = []setting{
 	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", leaseTime(func(c *config) *time.Duration { return &c.LeaseDuration })},
 	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", leaseTime(func(c *config) *time.Duration { return &c.RenewDeadline })},
 	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", leaseTime(func(c *config) *time.Duration { return &c.RetryPeriod })},
+}
+
+// selectorSetting is a selector parse takes, or none when empty.
+func selectorSetting(parse func(string) (*selector.Selector, error), field func(c *config) **selector.Selector) value {
+	return text(func(c *config, v string) error {
+		*field(c) = nil
+		if v == "" {
+			return nil
+		}
+		sel, err := parse(v)
+		*field(c) = sel
+		return err
+	})
 }
 
 func boolSetting(field func(c *config) *bool) value {
@@ -208,16 +246,20 @@ func oneOf(set func(c *config, v string), choices ...string) value {
 
 var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 
+// digestKeyBytes is the size of the digest key: SHA-256's output, all of
+// it random.
+const digestKeyBytes = 32
+
+// The key must be one policy accepts.
+var _ [digestKeyBytes - policy.MinDigestKey]struct{}
+
 // validate checks what involves several settings, reads the digest key,
 // and fills LeaseNamespace.
 func (c *config) validate() error {
 	if c.WatchSecrets {
-		key, err := os.ReadFile(c.DigestKeyFile)
-		if err == nil && len(key) < policy.MinDigestKey {
-			err = fmt.Errorf("%d bytes, fewer than %d", len(key), policy.MinDigestKey)
-		}
+		key, err := readDigestKey(c.DigestKeyFile)
 		if err != nil {
-			return fmt.Errorf("WATCH_SECRETS=true needs a digest key of %d bytes or more in DIGEST_KEY_FILE (%s): %w. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key --from-literal=key=\"$(head -c 32 /dev/urandom | base64)\"", policy.MinDigestKey, c.DigestKeyFile, err)
+			return fmt.Errorf("WATCH_SECRETS=true needs a digest key of %d random bytes, base64-encoded, in DIGEST_KEY_FILE (%s): %w. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key --from-literal=key=\"$(head -c 32 /dev/urandom | base64)\"", digestKeyBytes, c.DigestKeyFile, err)
 		}
 		c.DigestKey = key
 	}
@@ -237,6 +279,40 @@ func (c *config) validate() error {
 	}
 	return c.election().Validate()
 }
+
+// readDigestKey reads the digest key: base64 text of digestKeyBytes bytes.
+// Blanks around it are not part of it (a file written with echo ends in a
+// newline), and a key that is not base64, or of another size, is refused:
+// text typed by hand is no random key.
+func readDigestKey(file string) ([]byte, error) {
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	text = bytes.TrimSpace(text)
+	key := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
+	n, err := base64.StdEncoding.Decode(key, text)
+	switch {
+	case err != nil:
+		return nil, errors.New("the key is not base64")
+	case n != digestKeyBytes:
+		return nil, fmt.Errorf("the key is %d bytes once decoded, not %d", n, digestKeyBytes)
+	}
+	return key[:n], nil
+}
+
+// ownPod is the controller's own pod as the settings name it.
+func (c *config) ownPod() policy.OwnPod {
+	return policy.OwnPod{Namespace: c.PodNamespace, Name: c.PodName, UID: c.PodUID}
+}
+
+// watches reports whether namespace is watched.
+func (c *config) watches(namespace string) bool {
+	return c.watched() == "*" || slices.Contains(c.Namespaces, namespace)
+}
+
+// namespaceConsent reports whether only opted-in namespaces are acted in.
+func (c *config) namespaceConsent() bool { return c.watched() == "*" && c.NamespaceSelector != nil }
 
 // watched names the namespaces watched as WATCH_NAMESPACE does.
 func (c *config) watched() string {

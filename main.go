@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/internal/memlimit"
@@ -35,6 +37,7 @@ import (
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/policy"
+	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -116,7 +119,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	pcfg := policy.Config{
 		SelectorAnnotation:    cfg.SelectorAnnotation,
 		RecordHash:            cfg.RecordHash,
-		OwnPod:                cfg.PodName,
+		OwnPod:                cfg.ownPod(),
+		PodOptIn:              cfg.PodOptIn,
 		Workers:               cfg.Workers,
 		ShutdownGrace:         cfg.ShutdownTimeout,
 		Strategy:              cfg.RestartStrategy,
@@ -164,9 +168,26 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}, log)
 		pcfg.Pods = pods
 	}
+	if cfg.PodNamespace != "" && cfg.PodName != "" && cfg.watches(cfg.PodNamespace) {
+		// Before anything acts: a standby replica is spared by its owner.
+		if pcfg.OwnPod, err = learnOwnPod(ctx, client, cfg.ownPod(), log); err != nil {
+			return err
+		}
+	}
+	var lws []*watch.ListWatcher
+	var consent *policy.NamespaceConsent
+	var startAfter <-chan struct{}
+	if cfg.namespaceConsent() {
+		consent = policy.NewNamespaceConsent(cfg.NamespaceSelector, log.With("watch", "namespaces"))
+		pcfg.Namespaces, startAfter = consent, consent.Listed()
+		// Only the Namespaces that opted in, and only their metadata (no
+		// Kind: metadata-only watch events are PartialObjectMetadata).
+		lws = append(lws, watch.New(watch.Config{Path: apiclient.CoreClusterPath("namespaces"), MetadataOnly: true, LabelSelector: cfg.NamespaceSelector.String()},
+			client, consent, log.With("watch", "namespaces"), watch.NewMetricsFor(reg, "namespace")))
+	}
 	ctrl := policy.New(pcfg, client, log, policy.NewMetrics(reg))
 	watchMetrics := watch.NewMetrics(reg)
-	var lws []*watch.ListWatcher
+	var objectLWs []*watch.ListWatcher // of ConfigMaps and Secrets
 	for _, ns := range cfg.Namespaces {
 		path := apiclient.CoreClusterPath("configmaps") // WATCH_NAMESPACE=*
 		if ns != "" {
@@ -174,7 +195,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}
 		// Paged lists decoded item by item: memory follows the largest
 		// ConfigMap, not the namespace (docs/memory.md).
-		lws = append(lws, watch.New(watch.Config{Path: path, Kind: "ConfigMap"}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "ConfigMap", StartAfter: startAfter}, client, ctrl.ForNamespace(ns), log, watchMetrics))
 	}
 	if cfg.WatchSecrets {
 		secretMetrics := watch.NewMetricsFor(reg, "secret")
@@ -186,8 +207,19 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 			}
 			// Helm keeps up to 1 MiB per release in Secrets no one
 			// annotates: the server leaves them out.
-			lws = append(lws, watch.New(watch.Config{Path: path, Kind: "Secret", FieldSelector: "type!=helm.sh/release.v1"}, client, ctrl.ForSecrets(ns), secretLog, secretMetrics))
+			objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "Secret", FieldSelector: "type!=helm.sh/release.v1", StartAfter: startAfter}, client, ctrl.ForSecrets(ns), secretLog, secretMetrics))
 		}
+	}
+	lws = append(lws, objectLWs...)
+	if consent != nil {
+		// The objects of a namespace that opts in were ignored: a list
+		// shows them again, to be adopted as new.
+		consent.OptedIn = func(string) {
+			for _, lw := range objectLWs {
+				lw.Relist()
+			}
+		}
+		consent.OptedOut = ctrl.ForgetNamespace
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -209,6 +241,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 
 	log.Info("starting", "version", version, "namespaces", cfg.watched(), "api_url", cfg.APIURL,
+		"namespace_selector", fmtSelector(cfg.NamespaceSelector), "pod_opt_in_label", fmtSelector(cfg.PodOptIn), "own_pod", cfg.PodName,
 		"selector_annotation", cfg.SelectorAnnotation, "record_hash", cfg.RecordHash, "leader_elect", cfg.LeaderElect, "restart_strategy", cfg.RestartStrategy, "max_unavailable", cfg.MaxUnavailable.String(), "min_ready_seconds", cfg.MinReadySeconds, "pod_index", cfg.PodIndex, "watch_secrets", cfg.WatchSecrets, "dry_run", cfg.DryRun, "http_addr", ln.Addr().String())
 	if cfg.WatchSecrets {
 		go reportSecretAccess(ctx, client, cfg.Namespaces, cfg.RecordHash && !cfg.DryRun, log)
@@ -249,6 +282,29 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	_ = srv.Shutdown(shutdownCtx)
 	log.Info("stopped")
 	return nil
+}
+
+// fmtSelector renders a setting's selector, "" if there is none.
+func fmtSelector(s *selector.Selector) string {
+	if s == nil {
+		return ""
+	}
+	return s.String()
+}
+
+// learnOwnPod reads the controller's own pod to learn its owner, retrying
+// what a retry can fix until ctx is done.
+func learnOwnPod(ctx context.Context, client *apiclient.Client, own policy.OwnPod, log *slog.Logger) (policy.OwnPod, error) {
+	learned, err := backoff.RetryNotifyWithData(func() (policy.OwnPod, error) {
+		return policy.LearnOwnPod(ctx, client, own)
+	}, backoff.WithContext(watch.DefaultBackOff(), ctx), func(err error, d time.Duration) {
+		log.Warn("could not read own pod; retrying", "err", err, "retry_in", d)
+	})
+	if err != nil {
+		return own, err
+	}
+	log.Info("own pod", "namespace", learned.Namespace, "pod", learned.Name, "uid", learned.UID, "owner_uid", learned.OwnerUID)
+	return learned, nil
 }
 
 // probe answers "ok" while why says nothing of every loop, else 503 and,

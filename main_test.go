@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,16 +27,32 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/k8spatterns/config-watcher/internal/testlog"
+	"github.com/k8spatterns/config-watcher/selector"
 )
+
+// mustSelector parses s by the grammar alone, failing the test if it cannot.
+func mustSelector(t *testing.T, s string) *selector.Selector {
+	t.Helper()
+	sel, err := selector.ParseAny(s)
+	require.NoError(t, err)
+	return sel
+}
 
 // TestLoadConfig ensures each setting is read from its flag, else its
 // environment variable, else its default, and that a bad value fails with
 // an error naming the variable.
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
-	keyFile, shortKey := filepath.Join(dir, "key"), filepath.Join(dir, "short")
-	require.NoError(t, os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef"), 0o600))
-	require.NoError(t, os.WriteFile(shortKey, []byte("0123456789abcdef0123456789abcde"), 0o600))
+	key := []byte("0123456789abcdef0123456789abcdef")
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+		return path
+	}
+	keyFile := write("key", "  "+base64.StdEncoding.EncodeToString(key)+"\n") // echo's newline
+	shortKey := write("short", base64.StdEncoding.EncodeToString(key[:31]))
+	longKey := write("long", base64.StdEncoding.EncodeToString(append(key, 'x')))
+	rawKey := write("raw", "correct horse battery staple, again")
 	tests := []struct {
 		name    string
 		args    []string
@@ -47,7 +64,8 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, DigestKeyFile: "/etc/config-watcher/digest-key/key", Workers: 4, ShutdownTimeout: 10 * time.Second,
 				RestartStrategy: "delete", MaxUnavailable: policy.Budget{Percent: 25}, ProgressDeadline: 10 * time.Minute, MaxConcurrent: 10, PodIndex: true, Events: true,
-				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, c)
+				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+				NamespaceSelector: mustSelector(t, "config-watcher.k8spatterns.io/enabled=true")}, c)
 		}},
 		{name: "EnvOverridesDefault", env: map[string]string{"WATCH_NAMESPACE": "team-a", "RECORD_HASH": "false", "POD_NAME": "cw-1", "LOG_LEVEL": "debug"},
 			check: func(t *testing.T, c config) {
@@ -136,14 +154,41 @@ func TestLoadConfig(t *testing.T) {
 		{name: "WatchSecretsReadsTheDigestKey", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": keyFile},
 			check: func(t *testing.T, c config) {
 				assert.True(t, c.WatchSecrets)
-				assert.Equal(t, []byte("0123456789abcdef0123456789abcdef"), c.DigestKey)
+				assert.Equal(t, key, c.DigestKey, "decoded, the blanks around it dropped")
 			}},
 		{name: "DigestKeyUnreadWithoutSecrets", env: map[string]string{"DIGEST_KEY_FILE": filepath.Join(dir, "absent")},
 			check: func(t *testing.T, c config) { assert.Nil(t, c.DigestKey) }},
 		{name: "WatchSecretsWithoutAKeyRefusedSayingHowToMakeOne", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": filepath.Join(dir, "absent")},
-			wantErr: `WATCH_SECRETS=true needs a digest key of 32 bytes or more in DIGEST_KEY_FILE (` + filepath.Join(dir, "absent") + `): open`},
+			wantErr: `WATCH_SECRETS=true needs a digest key of 32 random bytes, base64-encoded, in DIGEST_KEY_FILE (` + filepath.Join(dir, "absent") + `): open`},
 		{name: "WatchSecretsWithAShortKeyRefused", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": shortKey},
-			wantErr: "31 bytes, fewer than 32. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key"},
+			wantErr: "the key is 31 bytes once decoded, not 32. In the cluster, create it once with: kubectl -n <controller namespace> create secret generic config-watcher-digest-key --from-literal=key=\"$(head -c 32 /dev/urandom | base64)\""},
+		{name: "WatchSecretsWithALongKeyRefused", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": longKey},
+			wantErr: "the key is 33 bytes once decoded, not 32"},
+		{name: "WatchSecretsWithAKeyNotInBase64Refused", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": rawKey},
+			wantErr: "the key is not base64. In the cluster, create it once with"},
+		{name: "OwnPodFromTheDownwardAPI", env: map[string]string{"POD_NAME": "cw-1", "POD_NAMESPACE": "ops", "POD_UID": "0c7b5b1e-6f0e-4a8e-9d7e-2f4b1c3d5e6f"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, policy.OwnPod{Namespace: "ops", Name: "cw-1", UID: "0c7b5b1e-6f0e-4a8e-9d7e-2f4b1c3d5e6f"}, c.ownPod())
+			}},
+		{name: "BadPodNamespace", env: map[string]string{"POD_NAMESPACE": "Ops"}, wantErr: "POD_NAMESPACE"},
+		{name: "BadPodUID", env: map[string]string{"POD_UID": "a b"}, wantErr: "POD_UID"},
+		{name: "NamespaceSelectorOnlyUnderAllNamespaces", env: map[string]string{"WATCH_NAMESPACE": "a,b"},
+			check: func(t *testing.T, c config) { assert.False(t, c.namespaceConsent()) }},
+		{name: "NamespaceSelectorByDefaultUnderAllNamespaces", env: map[string]string{"WATCH_NAMESPACE": "*"},
+			check: func(t *testing.T, c config) {
+				require.True(t, c.namespaceConsent())
+				assert.Equal(t, "config-watcher.k8spatterns.io/enabled=true", c.NamespaceSelector.String())
+			}},
+		{name: "NamespaceSelectorEmptyIsEveryNamespace", env: map[string]string{"WATCH_NAMESPACE": "*", "NAMESPACE_SELECTOR": ""},
+			check: func(t *testing.T, c config) { assert.False(t, c.namespaceConsent()) }},
+		{name: "NamespaceSelectorByPresence", env: map[string]string{"WATCH_NAMESPACE": "*", "NAMESPACE_SELECTOR": "team"},
+			check: func(t *testing.T, c config) { assert.Equal(t, "team", c.NamespaceSelector.String()) }},
+		{name: "BadNamespaceSelector", env: map[string]string{"NAMESPACE_SELECTOR": "a&b"}, wantErr: "NAMESPACE_SELECTOR"},
+		{name: "PodOptInLabel", env: map[string]string{"POD_OPT_IN_LABEL": "config-watcher.k8spatterns.io/restart=true"},
+			check: func(t *testing.T, c config) {
+				assert.Equal(t, "config-watcher.k8spatterns.io/restart=true", c.PodOptIn.String())
+			}},
+		{name: "PodOptInLabelNeedsAValue", env: map[string]string{"POD_OPT_IN_LABEL": "restart"}, wantErr: `POD_OPT_IN_LABEL="restart" (from POD_OPT_IN_LABEL): must be one label as key=value`},
 		{name: "StrayArgument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {

@@ -18,10 +18,10 @@ import (
 // TestMetricsDoc ensures the metrics tables of docs/operations.md list every
 // series the controller exports, with its labels, and nothing else. It runs
 // the program with every optional part that adds series (the pod index, the
-// Secret watch) and reads /metrics.
+// Secret watch, the Namespace watch of WATCH_NAMESPACE=*) and reads /metrics.
 func TestMetricsDoc(t *testing.T) {
 	exported := exportedMetrics(t)
-	for _, name := range []string{"config_watcher_secret_events_total", "config_watcher_pod_index_events_total", "config_watcher_change_to_record_seconds", "process_resident_memory_bytes", "go_goroutines"} {
+	for _, name := range []string{"config_watcher_secret_events_total", "config_watcher_pod_index_events_total", "config_watcher_namespace_events_total", "config_watcher_change_to_record_seconds", "process_resident_memory_bytes", "go_goroutines"} {
 		require.Contains(t, exported, name, "precondition: the program exports every optional series")
 	}
 	assert.Equal(t, documentedMetrics(t), exported)
@@ -34,8 +34,8 @@ func exportedMetrics(t *testing.T) map[string][]string {
 	api := httptest.NewServer(http.NotFoundHandler()) // lists fail; the series exist all the same
 	defer api.Close()
 	key := filepath.Join(t.TempDir(), "key")
-	require.NoError(t, os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600))
-	addr, _ := runWith(t, map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "ns",
+	require.NoError(t, os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="), 0o600))
+	addr, _ := runWith(t, map[string]string{"API_URL": api.URL, "WATCH_NAMESPACE": "*",
 		"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": key, "POD_INDEX": "true", "RESTART_STRATEGY": "delete"})
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)

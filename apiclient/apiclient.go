@@ -28,9 +28,11 @@ const (
 const (
 	contentJSON       = "application/json"
 	contentMergePatch = "application/merge-patch+json"
-	// maxResponseBytes bounds a unary answer: a page of 500 ConfigMaps of
-	// 1 MiB each is the worst legitimate case.
-	maxResponseBytes = 1 << 30
+	// maxResponseBytes bounds a unary answer, which is one object (lists
+	// are streamed: GetBody): a ConfigMap or Secret of 1 MiB of data, a few
+	// times that once JSON-escaped. Far more would be a fault or an attack,
+	// and must not take the controller's 64 Mi limit.
+	maxResponseBytes = 16 << 20
 )
 
 // Client sends requests to one API server base URL.
@@ -148,9 +150,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("%s %s: read body: %w", method, path, err)
+	case len(data) > maxResponseBytes:
+		// Refused, not cut: a truncated object would be misread.
+		return nil, fmt.Errorf("%s %s: answer larger than %d bytes", method, path, maxResponseBytes)
 	}
 	return data, nil
 }

@@ -234,7 +234,7 @@ if part secrets; then
 	bt create -api "$CW_PROXY_URL" -ns "$ns" -n "$SECRET_CMS"
 	every=500 # every so many Secrets carries the selector annotation
 	bt secrets -api "$CW_PROXY_URL" -ns "$ns" -n "$SECRETS" -every "$every"
-	head -c 32 /dev/urandom >"$work/digest-key"
+	head -c 32 /dev/urandom | base64 >"$work/digest-key"
 	with_secrets=(WATCH_SECRETS=true DIGEST_KEY_FILE="$work/digest-key")
 
 	step "first start: config-watcher adopts the annotated ConfigMaps and Secrets (not measured)"

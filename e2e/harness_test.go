@@ -667,8 +667,8 @@ func startProxy(t *testing.T, kubeconfig string) string {
 	t.Helper()
 	port := freePort(t)
 	logPath := filepath.Join(t.TempDir(), "kubectl-proxy.log")
-	done := startLogged(t, "kubectl proxy", logPath, 5*time.Second,
-		exec.Command(env.kubectl, "--kubeconfig="+kubeconfig, "proxy", "--address=127.0.0.1", "--port="+strconv.Itoa(port)))
+	args := append([]string{"--kubeconfig=" + kubeconfig, "proxy", "--address=127.0.0.1", "--port=" + strconv.Itoa(port)}, ambassadorFilters(t)...)
+	done := startLogged(t, "kubectl proxy", logPath, 5*time.Second, exec.Command(env.kubectl, args...))
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	eventually(t, 30*time.Second, "kubectl proxy on "+url, func() (bool, string) {
 		select {
@@ -685,6 +685,25 @@ func startProxy(t *testing.T, kubeconfig string) string {
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	return url
+}
+
+// ambassadorFilter is a line of the ambassador's args that narrows what it
+// passes on.
+var ambassadorFilter = regexp.MustCompile(`(?m)^\s*- (--(?:accept-paths|reject-methods)=\S+)$`)
+
+// ambassadorFilters are the ambassador's --accept-paths and --reject-methods as
+// manifests/base/deployment.yaml has them: every test through a ServiceAccount's
+// proxy checks that they let through each request the controller makes.
+func ambassadorFilters(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "base", "deployment.yaml"))
+	require.NoError(t, err)
+	var out []string
+	for _, m := range ambassadorFilter.FindAllStringSubmatch(string(b), -1) {
+		out = append(out, m[1])
+	}
+	require.Len(t, out, 2, "manifests/base/deployment.yaml: the ambassador's --accept-paths and --reject-methods")
+	return out
 }
 
 // serviceAccountKubeconfig writes a kubeconfig for the admin kubeconfig's cluster that

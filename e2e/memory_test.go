@@ -102,8 +102,7 @@ func TestMemoryBoundedWithLargeSecrets(t *testing.T) {
 	t.Logf("%d Secrets of %d bytes (%d MiB of data, decoded) next to the webapp", n, bigSecretSize, n*bigSecretSize>>20)
 	original := waitPods(t, ns, "app=webapp", 2)
 
-	keyFile := filepath.Join(t.TempDir(), "digest-key")
-	require.NoError(t, os.WriteFile(keyFile, randomBytes(32), 0o600))
+	keyFile := writeDigestKey(t)
 	cg := newMemCgroup(t, limit)
 	fp := startFaultProxy(t, env.proxyURL)
 	c := startController(t, controllerOpts{namespace: ns, apiURL: fp.url, wrap: cg.wrap(),
@@ -200,8 +199,7 @@ func TestMemoryBoundedWithForgedObjects(t *testing.T) {
 	}
 	original := waitPods(t, ns, "app=webapp", 2)
 
-	keyFile := filepath.Join(t.TempDir(), "digest-key")
-	require.NoError(t, os.WriteFile(keyFile, randomBytes(32), 0o600))
+	keyFile := writeDigestKey(t)
 	cg := newMemCgroup(t, limit)
 	c := startController(t, controllerOpts{namespace: ns, wrap: cg.wrap(),
 		extraEnv: []string{"WATCH_SECRETS=true", "DIGEST_KEY_FILE=" + keyFile}})

@@ -22,6 +22,7 @@ func TestSeveralNamespaces(t *testing.T) {
 			a, b := newNamespace(t), newNamespace(t)
 			var original [][]pod
 			for _, ns := range []string{a, b} {
+				optIn(t, ns) // acted in under * (NAMESPACE_SELECTOR); changes nothing for a list
 				apply(t, ns, webappManifests("app=webapp"))
 				original = append(original, waitPods(t, ns, "app=webapp", 2))
 			}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,11 +57,7 @@ func secretValue(t *testing.T, ns string) string {
 func TestNodeSecretEnvServesTheNewValue(t *testing.T) {
 	requireNode(t)
 	ns := newNamespace(t)
-	key := filepath.Join(t.TempDir(), "digest-key")
-	b := make([]byte, 32)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(key, b, 0o600))
+	key := writeDigestKey(t)
 
 	// Created, not applied: apply would keep the Secret's value in an annotation.
 	kubectlStdin(t, demoServingTheSecret(t), "create", "-n", ns, "-f", "-")

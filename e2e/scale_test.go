@@ -29,6 +29,7 @@ func TestAllNamespacesPodIndexFollowsAnnotatedNamespaces(t *testing.T) {
 		busy = append(busy, ns)
 	}
 	target := newNamespace(t)
+	optIn(t, target)
 	apply(t, target, tierDeployment("web")+"---\n"+tierDeployment("cache"))
 	web := waitPods(t, target, "app=webapp,tier=web", 2)
 	cache := waitPods(t, target, "app=webapp,tier=cache", 2)

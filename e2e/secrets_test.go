@@ -444,14 +444,15 @@ func (s *secretsSetup) startAdopting(t *testing.T, name string) (*controllerProc
 	return c, waitSecretRecord(t, s.ns, name, "")
 }
 
-// writeDigestKey writes 32 random bytes, the smallest key DIGEST_KEY_FILE takes.
+// writeDigestKey writes 32 random bytes, base64-encoded, as DIGEST_KEY_FILE
+// takes them, with the newline a shell's echo would add.
 func writeDigestKey(t *testing.T) string {
 	t.Helper()
 	key := make([]byte, 32)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "digest-key")
-	require.NoError(t, os.WriteFile(path, key, 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600))
 	return path
 }
 

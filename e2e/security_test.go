@@ -233,16 +233,18 @@ func reducedRole(t *testing.T, role map[string]any, missing rbacRule) string {
 		Kind       string         `json:"kind"`
 		Metadata   map[string]any `json:"metadata"`
 		Rules      []struct {
-			APIGroups []string `json:"apiGroups"`
-			Resources []string `json:"resources"`
-			Verbs     []string `json:"verbs"`
+			APIGroups     []string `json:"apiGroups"`
+			Resources     []string `json:"resources"`
+			ResourceNames []string `json:"resourceNames,omitempty"`
+			Verbs         []string `json:"verbs"`
 		} `json:"rules"`
 	}
 	require.NoError(t, json.Unmarshal(b, &r))
 	type rule struct {
-		APIGroups []string `json:"apiGroups"`
-		Resources []string `json:"resources"`
-		Verbs     []string `json:"verbs"`
+		APIGroups     []string `json:"apiGroups"`
+		Resources     []string `json:"resources"`
+		ResourceNames []string `json:"resourceNames,omitempty"`
+		Verbs         []string `json:"verbs"`
 	}
 	var rules []rule
 	for _, rl := range r.Rules {
@@ -254,7 +256,7 @@ func reducedRole(t *testing.T, role map[string]any, missing rbacRule) string {
 				}
 			}
 			if len(verbs) > 0 {
-				rules = append(rules, rule{rl.APIGroups, []string{res}, verbs})
+				rules = append(rules, rule{rl.APIGroups, []string{res}, rl.ResourceNames, verbs})
 			}
 		}
 	}
@@ -262,4 +264,123 @@ func reducedRole(t *testing.T, role map[string]any, missing rbacRule) string {
 		"metadata": map[string]any{"name": r.Metadata["name"]}, "rules": rules})
 	require.NoError(t, err)
 	return string(out)
+}
+
+// optInLabel is the label of a Namespace that opts in under WATCH_NAMESPACE=*
+// (the default NAMESPACE_SELECTOR).
+const optInLabel = "config-watcher.k8spatterns.io/enabled=true"
+
+// optIn labels ns so that a controller watching every namespace acts in it.
+func optIn(t *testing.T, ns string) {
+	t.Helper()
+	kubectl(t, "label", "namespace", ns, optInLabel, "--overwrite")
+}
+
+// TestSecurityConfigMapWriterCannotRestartPodsWithoutConsent ensures that with
+// POD_OPT_IN_LABEL someone who may edit ConfigMaps but not delete pods makes the
+// controller restart only the pods that carry the opt-in label: the pods of a
+// workload that did not opt in are left, though the selector matches them.
+// The controller runs as manifests/base/rbac.yaml's ServiceAccount, through an
+// ambassador filtered as manifests/base/deployment.yaml's.
+func TestSecurityConfigMapWriterCannotRestartPodsWithoutConsent(t *testing.T) {
+	ns := newNamespace(t)
+	applyInNamespace(t, ns, filepath.Join(repoRoot, "manifests", "base", "rbac.yaml"))
+	writer := "system:serviceaccount:" + ns + ":writer"
+	apply(t, ns, `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: writer
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: configmap-writer
+rules:
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: writer
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: configmap-writer}
+subjects:
+- {kind: ServiceAccount, name: writer, namespace: `+ns+`}
+`)
+	eventually(t, 30*time.Second, "RBAC lets the writer patch ConfigMaps but not delete pods", func() (bool, string) {
+		patch, _ := runKubectl("", "auth", "can-i", "patch", "configmaps", "-n", ns, "--as", writer)
+		del, _ := runKubectl("", "auth", "can-i", "delete", "pods", "-n", ns, "--as", writer)
+		return strings.TrimSpace(patch) == "yes" && strings.TrimSpace(del) == "no", patch + "/" + del
+	})
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: shared-config
+  annotations:
+    %s: "app in (webapp,consenting)"
+data:
+  message: "Hello"
+`, selectorAnnotation))
+	apply(t, ns, webappDeployment("configMapKeyRef", "shared-config", "message"))
+	// The same Deployment as consenting: its pod template carries the opt-in label.
+	apply(t, ns, strings.NewReplacer("name: webapp\n", "name: consenting\n", "        app: webapp\n", "        app: consenting\n        config-watcher.k8spatterns.io/restart: \"true\"\n", "app: webapp\n", "app: consenting\n").
+		Replace(webappDeployment("configMapKeyRef", "shared-config", "message")))
+	webapp := waitPods(t, ns, "app=webapp", 2)
+	consenting := waitPods(t, ns, "app=consenting,config-watcher.k8spatterns.io/restart=true", 2)
+
+	user := "system:serviceaccount:" + ns + ":config-watcher"
+	proxy := startProxy(t, serviceAccountKubeconfig(t, ns, "config-watcher"))
+	c := startController(t, controllerOpts{namespace: ns, apiURL: proxy, extraEnv: []string{"POD_OPT_IN_LABEL=config-watcher.k8spatterns.io/restart=true"}})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, ns, "shared-config", "")
+
+	kubectl(t, "patch", "configmap", "shared-config", "-n", ns, "--as", writer, "--type=merge", "-p", `{"data":{"message":"from the writer"}}`)
+	waitDeleted(t, ns, user, consenting)
+	waitRestartedFor(t, ns, "shared-config", adopted)
+	c.Settle(t, ns)
+	assertDeletedOnce(t, ns, user, consenting)
+	assert.ElementsMatch(t, webapp, livePods(t, ns, "app=webapp"), "a workload without the opt-in label was restarted")
+	for _, p := range webapp {
+		assert.Zero(t, deletesByPod(podDeletes(t, ns, user))[p.name], "pod %s deleted", p.name)
+	}
+}
+
+// TestSecurityNamespaceWithoutOptInIgnored ensures that with WATCH_NAMESPACE=*
+// (and the default NAMESPACE_SELECTOR) a namespace without the opt-in label is
+// ignored: its ConfigMap is neither recorded nor acted on, and the result
+// not_opted_in is counted; once labelled, its ConfigMap is adopted as it is,
+// and its next change restarts its pods.
+func TestSecurityNamespaceWithoutOptInIgnored(t *testing.T) {
+	in, out := newNamespace(t), newNamespace(t)
+	optIn(t, in)
+	var pods [][]pod
+	for _, ns := range []string{in, out} {
+		apply(t, ns, webappManifests("app=webapp"))
+		pods = append(pods, waitPods(t, ns, "app=webapp", 2))
+	}
+	c := startController(t, controllerOpts{namespace: "*"})
+	c.WaitReady(t)
+	adopted := waitRestartedFor(t, in, "webapp-config", "")
+	c.WaitMetric(t, 1, "config_watcher_reconciles_total", "result", "not_opted_in")
+
+	mergePatch(t, out, "webapp-config", `{"data":{"message":"not opted in"}}`)
+	mergePatch(t, in, "webapp-config", `{"data":{"message":"opted in"}}`)
+	waitDeleted(t, in, adminUser, pods[0])
+	waitRestartedFor(t, in, "webapp-config", adopted)
+	// Settled through the namespace that opted in (one cluster-wide watch, in
+	// order): out's marker would never be recorded.
+	c.Settle(t, in)
+	assert.Empty(t, podDeletes(t, out, adminUser), "pods deleted in a namespace that did not opt in")
+	assert.Empty(t, getConfigMap(t, out, "webapp-config").Metadata.Annotations[restartedAnnotation], "a record written in a namespace that did not opt in")
+	assert.Contains(t, c.Log(t), `msg="ignoring annotated objects in a namespace that did not opt in (NAMESPACE_SELECTOR)" namespace=`+out)
+
+	optIn(t, out)
+	waitRestartedFor(t, out, "webapp-config", "") // adopted as it is: the relist
+	c.Settle(t, out)
+	assert.Empty(t, podDeletes(t, out, adminUser), "a change made before the namespace opted in was acted on")
+	mergePatch(t, out, "webapp-config", `{"data":{"message":"opted in now"}}`)
+	waitDeleted(t, out, adminUser, pods[1])
+	c.Settle(t, out)
+	assertDeletedOnce(t, out, adminUser, pods[1])
 }

@@ -119,7 +119,7 @@ why "Default settings but PROGRESS_DEADLINE=$progress_deadline (default 10m), so
 (cd "$repo" && go build -o "$work/config-watcher" .)
 # Secrets on, as the component manifests/secrets does: the key of their data digests is a
 # file here rather than a mounted Secret.
-head -c 32 /dev/urandom >"$work/digest-key"
+head -c 32 /dev/urandom | base64 >"$work/digest-key"
 http_port=$(cw_free_port)
 WATCH_NAMESPACE=default API_URL=$CW_PROXY_URL HTTP_ADDR=127.0.0.1:$http_port LOG_LEVEL=info POD_NAME=config-watcher-demo \
 	PROGRESS_DEADLINE=$progress_deadline WATCH_SECRETS=true DIGEST_KEY_FILE="$work/digest-key" \

@@ -11,12 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
 // The rules the controller needs, and no more: "apiGroup resource verb".
@@ -32,9 +35,9 @@ var allowedRules = []string{
 	"apps replicasets/scale get", // the restart budget: owners' desired replicas
 	"apps statefulsets/scale get",
 	" replicationcontrollers/scale get",
-	"coordination.k8s.io leases get", // leader election (LEADER_ELECT=true)
-	"coordination.k8s.io leases create",
-	"coordination.k8s.io leases update",
+	"coordination.k8s.io leases get @config-watcher", // leader election (LEADER_ELECT=true), its Lease only
+	"coordination.k8s.io leases create",              // cannot be restricted by name
+	"coordination.k8s.io leases update @config-watcher",
 }
 
 const (
@@ -77,6 +80,7 @@ var baseChecks = append(slices.Clone(containerChecks),
 	check{"NoClusterWideRBAC", checkNoClusterRBAC},
 	check{"ControllerRunsAsTheBoundServiceAccount", checkServiceAccountBound},
 	check{"AmbassadorListensOnLoopbackOnly", checkAmbassadorLoopback},
+	check{"AmbassadorAcceptsOnlyTheControllersPaths", checkAmbassadorPaths},
 	check{"ControllerTalksToTheAmbassador", checkAPIURL},
 	check{"OnlyTheAmbassadorGetsAToken", checkTokenOnlyInAmbassador},
 	check{"SeveralControllersElectALeader", checkLeaderElection},
@@ -247,6 +251,26 @@ var violations = []violation{
 	}},
 	{"ProxyAcceptsAnyHost", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
 		setFlag(t, container(t, o, "ambassador"), "--accept-hosts", ".*")
+		return o
+	}},
+	{"ProxyAcceptsEveryPath", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		setFlag(t, container(t, o, "ambassador"), "--accept-paths", "^.*")
+		return o
+	}},
+	{"ProxyAcceptsSecretsByName", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", paths+`,^/api/v1/namespaces/[^/]+/secrets/[^/]+$`)
+		return o
+	}},
+	{"ProxyMissesTheLease", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", strings.ReplaceAll(paths, `leases(/[^/]+)?$`, `leases$`))
+		return o
+	}},
+	{"ProxyAcceptsEveryMethod", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		setFlag(t, container(t, o, "ambassador"), "--reject-methods", "^$")
 		return o
 	}},
 	{"ProxyPortPublished", ".", "AmbassadorListensOnLoopbackOnly", func(t *testing.T, o []obj) []obj {
@@ -528,13 +552,14 @@ func checkRoleRules(objs []obj) []string {
 			if len(list(r, "nonResourceURLs")) > 0 {
 				bad = append(bad, "Role grants nonResourceURLs")
 			}
-			if len(list(r, "resourceNames")) > 0 {
-				bad = append(bad, "Role rule has resourceNames: this check does not model them")
+			names := ""
+			if n := strs(list(r, "resourceNames")); len(n) > 0 {
+				names = " @" + strings.Join(n, ",")
 			}
 			for _, g := range strs(list(r, "apiGroups")) {
 				for _, res := range strs(list(r, "resources")) {
 					for _, verb := range strs(list(r, "verbs")) {
-						rule := g + " " + res + " " + verb
+						rule := g + " " + res + " " + verb + names
 						if g == "*" || res == "*" || verb == "*" {
 							bad = append(bad, fmt.Sprintf("Role %s grants a wildcard: %q", nameOf(o), rule))
 						}
@@ -630,6 +655,89 @@ func checkAmbassadorLoopback(objs []obj) []string {
 	}
 	if ambassadors != 1 {
 		bad = append(bad, fmt.Sprintf("%d kubectl proxy containers, want 1", ambassadors))
+	}
+	return bad
+}
+
+// controllerPaths are the paths of every request the controller makes, as
+// apiclient builds them: the ambassador must let each through.
+var controllerPaths = []string{
+	apiclient.CorePath("team-a", "configmaps", ""), apiclient.CoreClusterPath("configmaps"),
+	apiclient.CorePath("team-a", "configmaps", "webapp-config"),                     // the record (PATCH)
+	apiclient.CorePath("team-a", "configmaps", "config-watcher-secret.credentials"), // a Secret's state
+	apiclient.CorePath("team-a", "secrets", ""), apiclient.CoreClusterPath("secrets"),
+	apiclient.CorePath("team-a", "pods", ""), apiclient.CorePath("team-a", "pods", "webapp-7466656dc8-x2x9z"),
+	apiclient.CorePath("team-a", "pods", "webapp-7466656dc8-x2x9z") + "/eviction",
+	apiclient.CorePath("team-a", "events", ""),
+	apiclient.CoreClusterPath("namespaces"), // NAMESPACE_SELECTOR
+	apiclient.GroupPath("apps", "v1", "team-a", "replicasets", "webapp-7466656dc8") + "/scale",
+	apiclient.GroupPath("apps", "v1", "team-a", "statefulsets", "db") + "/scale",
+	apiclient.CorePath("team-a", "replicationcontrollers", "legacy") + "/scale",
+	apiclient.ObjectPath("example.com/v1", "team-a", "widgets", "w") + "/scale", // a custom owner kind
+	apiclient.DiscoveryPath("example.com/v1"), apiclient.DiscoveryPath("v1"),
+	apiclient.GroupPath("coordination.k8s.io", "v1", "team-a", "leases", ""),
+	apiclient.GroupPath("coordination.k8s.io", "v1", "team-a", "leases", "config-watcher"),
+	"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", // WATCH_SECRETS: what the token may read
+}
+
+// refusedPaths are what the token may reach but the controller never asks:
+// the ambassador must refuse them.
+var refusedPaths = []string{
+	"/api/v1/namespaces/team-a/secrets/db-password", // a Secret by name
+	"/api/v1/namespaces/team-a/pods/webapp-1/exec", "/api/v1/namespaces/team-a/pods/webapp-1/attach",
+	"/api/v1/namespaces/team-a/pods/webapp-1/log", "/api/v1/namespaces/team-a/pods/webapp-1/portforward",
+	"/api/v1/namespaces/team-a/pods/webapp-1/proxy/x", "/api/v1/namespaces/team-a/services/web:80/proxy/",
+	"/api/v1/namespaces/team-a", "/api/v1/nodes", "/api/v1/namespaces/team-a/serviceaccounts/default/token",
+	"/apis/apps/v1/namespaces/team-a/deployments/webapp", "/apis/apps/v1/namespaces/team-a/replicasets/webapp-1",
+	"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "/api/v1/namespaces/team-a/configmaps/a/b",
+	"/metrics", "/openapi/v2",
+}
+
+func checkAmbassadorPaths(objs []obj) []string {
+	var bad []string
+	for _, c := range containers(objs) {
+		if !isProxy(c.c) {
+			continue
+		}
+		accept, ok := flag(c.c, "--accept-paths")
+		if !ok {
+			bad = append(bad, c.where+": no --accept-paths: the proxy passes every path")
+			continue
+		}
+		var res []*regexp.Regexp
+		for _, p := range strings.Split(accept, ",") {
+			re, err := regexp.Compile(p)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths %q: %v", c.where, p, err))
+				continue
+			}
+			res = append(res, re)
+		}
+		accepted := func(path string) bool {
+			return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(path) })
+		}
+		for _, p := range controllerPaths {
+			if !accepted(p) {
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths refuses %s, which the controller requests", c.where, p))
+			}
+		}
+		for _, p := range refusedPaths {
+			if accepted(p) {
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths admits %s, which the controller never requests", c.where, p))
+			}
+		}
+		methods, _ := flag(c.c, "--reject-methods")
+		re, err := regexp.Compile(methods)
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			if err == nil && methods != "" && re.MatchString(m) {
+				bad = append(bad, fmt.Sprintf("%s: --reject-methods refuses %s, which the controller sends", c.where, m))
+			}
+		}
+		for _, m := range []string{"CONNECT", "TRACE", "OPTIONS"} {
+			if err != nil || methods == "" || !re.MatchString(m) {
+				bad = append(bad, fmt.Sprintf("%s: --reject-methods admits %s, which the controller never sends", c.where, m))
+			}
+		}
 	}
 	return bad
 }
@@ -746,7 +854,7 @@ func checkProbes(objs []obj) []string {
 
 func checkDownwardAPI(objs []obj) []string {
 	var bad []string
-	want := map[string]string{"WATCH_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+	want := map[string]string{"WATCH_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}
 	for _, c := range containers(objs) {
 		if !isController(c.c) {
 			continue
@@ -1210,7 +1318,7 @@ func TestClusterWideOverlay(t *testing.T) {
 			others = append(others, r)
 		}
 	}
-	others = append(others, "* */scale get") // the scale of custom owner kinds, cluster-wide only
+	others = append(others, "* */scale get", " namespaces list", " namespaces watch") // cluster-wide only: custom owner kinds' scale, the Namespaces that opted in
 	slices.Sort(leases)
 	slices.Sort(others)
 	assert.Equal(t, leases, rules("Role"), "the Role keeps the Lease rule only")
@@ -1220,4 +1328,12 @@ func TestClusterWideOverlay(t *testing.T) {
 	c := container(t, objs, "config-watcher")
 	assert.Equal(t, "*", env(c, "WATCH_NAMESPACE"))
 	assert.True(t, hasEnvFrom(c, "LEASE_NAMESPACE", "metadata.namespace"), "the Lease lives in the controller's namespace")
+	assert.True(t, hasEnvFrom(c, "POD_NAMESPACE", "metadata.namespace") && hasEnvFrom(c, "POD_UID", "metadata.uid"), "its own pod and standby spared")
+	assert.Equal(t, "config-watcher.k8spatterns.io/enabled=true", env(c, "NAMESPACE_SELECTOR"), "only Namespaces that opt in")
+	assert.Equal(t, "config-watcher.k8spatterns.io/restart=true", env(c, "POD_OPT_IN_LABEL"), "only pods that opt in")
+	for _, ch := range baseChecks {
+		if ch.name == "AmbassadorAcceptsOnlyTheControllersPaths" {
+			t.Run(ch.name, func(t *testing.T) { assert.Empty(t, ch.fn(objs)) })
+		}
+	}
 }

@@ -25,10 +25,12 @@ var secretsRules = []string{" configmaps create", " secrets list", " secrets wat
 var (
 	secretsEnv = obj{"name": "WATCH_SECRETS", "value": "true"}
 	keyMount   = obj{"name": "digest-key", "mountPath": "/etc/config-watcher/digest-key", "readOnly": true}
-	keyVolume  = obj{"name": "digest-key", "secret": obj{
-		"secretName": "config-watcher-digest-key",
-		"items":      []any{obj{"key": "key", "path": "key"}},
-		"optional":   false,
+	// 0400 (256): the key's file is no one's but the controller's (fsGroup).
+	keyVolume = obj{"name": "digest-key", "secret": obj{
+		"secretName":  "config-watcher-digest-key",
+		"defaultMode": float64(0o400),
+		"items":       []any{obj{"key": "key", "path": "key", "mode": float64(0o400)}},
+		"optional":    false,
 	}}
 )
 
@@ -48,10 +50,14 @@ func eachGrant(objs []obj, kind string, f func(group, resource, verb string)) {
 			continue
 		}
 		for _, r := range list(o, "rules") {
+			names := "" // a rule limited by resourceNames: "verb @name,..."
+			if n := strs(list(r, "resourceNames")); len(n) > 0 {
+				names = " @" + strings.Join(n, ",")
+			}
 			for _, g := range strs(list(r, "apiGroups")) {
 				for _, res := range strs(list(r, "resources")) {
 					for _, v := range strs(list(r, "verbs")) {
-						f(g, res, v)
+						f(g, res, v+names)
 					}
 				}
 			}
@@ -155,6 +161,9 @@ func withoutSecretsPod(t *testing.T, objs []obj) []obj {
 	}
 	spec := podSpec(t, out, "config-watcher")
 	spec["volumes"] = removeOne(t, list(spec, "volumes"), keyVolume, "volumes")
+	sc := spec["securityContext"].(map[string]any)
+	require.Equal(t, float64(65532), sc["fsGroup"], "the key's group is the controller's")
+	delete(sc, "fsGroup")
 	return out
 }
 

@@ -69,6 +69,15 @@ func TestBadInputSelectors(t *testing.T) {
 		{"EmptyKey", "=webapp", ""},
 		{"Semicolon", "app=webapp;role=db", ""},
 		{"QuotedValue", `app="webapp"`, ""},
+		// Too broad (issue 37; issue 36 item 5): every pod of a kind, or
+		// every pod that merely has a label. Each with a hint.
+		{"OnlyExistence", "app", "give the value, e.g. app=webapp"},
+		{"OnlyExistenceSeveral", "app,tier", "give the value, e.g. app=webapp"},
+		{"EveryDeploymentPod", "pod-template-hash", "labels the system sets"},
+		{"OneReplicaSetWithoutConsent", "pod-template-hash=7466656dc8", "labels the system sets"},
+		{"EveryStatefulSetOrDaemonSetPod", "controller-revision-hash", "labels the system sets"},
+		{"EveryStatefulSetPodByName", "statefulset.kubernetes.io/pod-name", "labels the system sets"},
+		{"EveryJobPod", "batch.kubernetes.io/job-name", "labels the system sets"},
 	}
 	for _, tt := range refused {
 		t.Run("Refused/"+tt.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
+	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -29,8 +30,17 @@ type Config struct {
 	// RBAC) they live in memory: changes made while the controller was
 	// down are adopted, not acted on.
 	RecordHash bool
-	OwnPod     string // never deleted: the controller's own pod
-	Workers    int    // ConfigMaps reconciled at once (4)
+	// OwnPod is never restarted, nor any pod of its owner (consent.go).
+	OwnPod OwnPod
+	// PodOptIn, if set, is required of every selected pod besides the
+	// object's selector (POD_OPT_IN_LABEL): a workload consents where it
+	// is defined.
+	PodOptIn *selector.Selector
+	// Namespaces, if set, are the namespaces that opted in
+	// (NAMESPACE_SELECTOR under WATCH_NAMESPACE=*): objects elsewhere are
+	// ignored.
+	Namespaces *NamespaceConsent
+	Workers    int // ConfigMaps reconciled at once (4)
 	// ShutdownGrace bounds how long rounds in flight may run once the
 	// controller is told to stop (10 s).
 	ShutdownGrace time.Duration
@@ -247,7 +257,7 @@ var changeBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 func NewMetrics(r *metrics.Registry) *Metrics {
 	return &Metrics{
 		Reconciles: r.NewCounterVec("config_watcher_reconciles_total", "Reconciles of annotated ConfigMaps and Secrets, by result.", "result",
-			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone, resultWaiting),
+			resultRestarted, resultAdopted, resultUnchanged, resultRefused, resultError, resultGone, resultWaiting, resultNotOptedIn),
 		PodDeletions: r.NewCounterVec("config_watcher_pod_deletions_total", "Pod deletions, by result; left: the pod changed and no longer needs the restart (relabelled out of the selector).", "result",
 			"deleted", "not_found", "conflict", "left", "error", "dry_run"),
 		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; blocked: a disruption budget refused it (tried again in the next wave).", "result",

@@ -240,6 +240,8 @@ func TestInvalidSelectorsDeleteNothing(t *testing.T) {
 		{"QueryInjection", "app=webapp&labelSelector="},
 		{"NonASCII", "app=wébapp"},
 		{"OverlongValue", "app=" + strings.Repeat("x", 64)},
+		{"OnlyExistence", "app"},
+		{"EveryDeploymentPod", "pod-template-hash"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
@@ -392,7 +394,7 @@ func TestStaleEventAfterRecordDoesNothing(t *testing.T) {
 // even when its selector matches it.
 func TestOwnPodNeverDeleted(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, OwnPod: "webapp-2"})
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, OwnPod: OwnPod{Name: "webapp-2"}})
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	settle(t, c)

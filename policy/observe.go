@@ -137,6 +137,9 @@ func (c *Controller) handle(k kind, ev watch.Event) {
 		c.forget(obj.key())
 	case !obj.hasSelector:
 		c.drop(obj.key()) // not (or no longer) ours: adopted afresh if it comes back
+	case !c.optedIn(obj.namespace):
+		c.ignoreNotOptedIn(obj)
+		c.metrics.Reconciles.Inc(resultNotOptedIn)
 	case c.observe(obj):
 		c.queue.Add(obj.key())
 	}

@@ -91,12 +91,12 @@ func (c *Controller) listNamespace(ctx context.Context, namespace string) ([]liv
 	return pods, err
 }
 
-// listWhole returns the selected pods but the controller's own, which is
-// neither restarted nor counted.
+// listWhole returns the selected pods but the controller's own and its
+// siblings (OwnPod), which are neither restarted nor counted.
 func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selector.Selector) ([]livePod, error) {
 	var pods []livePod
 	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p livePod) {
-		if p.name == c.cfg.OwnPod {
+		if c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
 			c.log.Debug("not deleting own pod", "namespace", namespace, "pod", p.name)
 			return
 		}

@@ -192,6 +192,8 @@ func TestEventsTellTheStory(t *testing.T) {
 	}{
 		{"PodsRestarted", "app=webapp", false, []string{"ConfigMap/PodsRestarted"}},
 		{"InvalidSelector", "!app", false, []string{"ConfigMap/InvalidSelector"}},
+		{"OnlyExistenceIsAnInvalidSelector", "app", false, []string{"ConfigMap/InvalidSelector"}},
+		{"SystemKeyIsAnInvalidSelector", "pod-template-hash", false, []string{"ConfigMap/InvalidSelector"}},
 		{"RestartFailed", "app=webapp", true, []string{"ConfigMap/RestartFailed"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,9 @@ const (
 	resultError     = "error"
 	resultGone      = "gone"
 	resultWaiting   = "waiting" // a round gave its worker back until pods become Ready
+	// resultNotOptedIn: an object of a namespace that did not opt in
+	// (NAMESPACE_SELECTOR), ignored.
+	resultNotOptedIn = "not_opted_in"
 )
 
 // round is the restart of the pods one ConfigMap selects, for one digest.
@@ -143,6 +146,13 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.mu.Unlock()
 		return resultGone, 0, nil
 	}
+	if !c.optedIn(e.obj.namespace) {
+		// Its namespace opted out after the event that queued it.
+		obj := e.obj
+		c.mu.Unlock()
+		c.ignoreNotOptedIn(obj)
+		return resultNotOptedIn, 0, nil
+	}
 	if e.ended {
 		// A view ended the round (someone's record or intent, other
 		// data or selector): its worker, here, lets it go.
@@ -175,7 +185,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	}
 
 	// stepContinue, stepResume or stepRound.
-	sel, err := selector.Parse(obj.selector)
+	sel, err := c.selectorOf(obj)
 	if err != nil {
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.

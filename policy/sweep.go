@@ -87,6 +87,11 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 	if c.cfg.Pods == nil || c.cfg.Strategy != StrategyDelete {
 		return nil, nil
 	}
+	if own := c.cfg.OwnPod; own.OwnerUID != "" && own.Namespace == namespace {
+		// The index keeps no owners (memory): in the controller's own
+		// namespace a round lists first, so its siblings are known.
+		return nil, nil
+	}
 	idx := c.cfg.Pods.Cover(namespace)
 	if idx == nil {
 		return nil, nil
@@ -100,7 +105,7 @@ func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podR
 		if _, err := strconv.ParseUint(p.ResourceVersion, 10, 64); err != nil {
 			return nil, nil
 		}
-		if p.Name != c.cfg.OwnPod {
+		if !c.cfg.OwnPod.Spares(namespace, p.Name, p.UID, "") {
 			version, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
 			pods = append(pods, podRef{name: p.Name, uid: p.UID, rv: p.ResourceVersion, version: version})
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // A round that does not begin from the pod index restarts its pods in
@@ -139,7 +138,7 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	for _, p := range view {
 		switch {
 		case p.terminating || !p.live() || !r.sel.Matches(p.labels):
-		case p.name == c.cfg.OwnPod:
+		case c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid):
 			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
 		case r.only == nil || r.only[p.uid]:
 			r.pods = append(r.pods, p.podRef)
@@ -438,7 +437,7 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if wait := time.Until(s.at); wait > 0 {
 		return wait, nil
 	}
-	sel, err := selector.Parse(obj.selector)
+	sel, err := c.selectorOf(obj)
 	if err != nil {
 		return 0, nil // the next round says so
 	}

@@ -4,8 +4,11 @@
 // `key=v`, `key==v`, `key!=v`, `key in (a,b)`, `key notin (a,b)`; the
 // numeric `key>n` and `key<n` are refused (no pod-restart selector needs
 // them). The controller deletes every pod a selector matches, so selectors
-// that would match almost every pod (empty, or only negative terms) are
-// refused too.
+// that would match almost every pod are refused too: empty, only negative
+// terms, only `key` terms (a label's presence, not a workload), or only
+// terms on labels the system puts on every pod of a kind
+// (pod-template-hash: every Deployment's pods). docs/operations.md calls
+// them "too broad".
 package selector
 
 import (
@@ -48,15 +51,77 @@ type Selector struct{ requirements []Requirement }
 // few terms, and a controller keeps each object's selector in memory.
 const MaxLength = 4096
 
-// The errors for selectors refused for their breadth or their size.
+// The errors for selectors refused for their breadth or their size. Each
+// says what to give instead: whoever reads it in an Event is fixing one.
 var (
-	ErrEmpty                 = errors.New("selector is empty: it would match every pod")
+	ErrEmpty                 = errors.New("selector is empty: it would match every pod; name the workload's pods, e.g. app=webapp")
 	ErrTooLong               = fmt.Errorf("selector is longer than %d bytes: no restart needs one so long", MaxLength)
-	ErrNoPositiveRequirement = errors.New("selector has no positive requirement (key, key=value or key in (...)): it would match almost every pod")
+	ErrNoPositiveRequirement = errors.New("selector has no positive requirement (key, key=value or key in (...)): it would match almost every pod; name the workload's pods, e.g. app=webapp")
+	// ErrOnlyExistence: `app` matches every pod that has the label, of
+	// whatever workload; only a value names one.
+	ErrOnlyExistence = errors.New("selector names no label value (only key or !key terms, or values only of labels the system sets): it would match every pod that merely has the label; give the value, e.g. app=webapp")
+	// ErrSystemKeysOnly: the keys of SystemKeys are on every pod of a
+	// kind, so a selector of them alone restarts pods whose owners never
+	// chose to be restarted (the confused deputy of issue 37).
+	ErrSystemKeysOnly = errors.New("selector requires only labels the system sets on every pod of a kind (such as pod-template-hash or controller-revision-hash): it would match pods of every workload of that kind; select by a label of the workload's own, e.g. app=webapp")
 )
+
+// SystemKeys are the labels Kubernetes' own controllers (or admission)
+// put on every pod they create, whatever the workload: a selector must not
+// rest on them alone.
+var SystemKeys = []string{
+	"pod-template-hash",                        // Deployment → ReplicaSet pods
+	"controller-revision-hash",                 // StatefulSet, DaemonSet
+	"pod-template-generation",                  // DaemonSet
+	"statefulset.kubernetes.io/pod-name",       // StatefulSet
+	"apps.kubernetes.io/pod-index",             // StatefulSet (1.28+)
+	"controller-uid",                           // Job (legacy)
+	"job-name",                                 // Job (legacy)
+	"batch.kubernetes.io/controller-uid",       // Job
+	"batch.kubernetes.io/job-name",             // Job
+	"batch.kubernetes.io/job-completion-index", // indexed Job
+	"topology.kubernetes.io/zone",              // copied to pods by PodTopologyLabels admission (1.33+)
+	"topology.kubernetes.io/region",            // same
+}
+
+// systemKey reports whether the system sets key on every pod of a kind.
+func systemKey(key string) bool { return slices.Contains(SystemKeys, key) }
 
 // Parse parses and validates s. The error says what is wrong and where.
 func Parse(s string) (*Selector, error) {
+	sel, err := ParseAny(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := tooBroad(sel.requirements); err != nil {
+		return nil, err
+	}
+	return sel, nil
+}
+
+// tooBroad says why a selector of reqs would match pods of workloads that
+// never chose it, nil if it would not: it needs a term pinning the value
+// (key=v or key in (...)) of a label that is not the system's.
+func tooBroad(reqs []Requirement) error {
+	if !slices.ContainsFunc(reqs, func(r Requirement) bool { return r.Operator.positive() }) {
+		return ErrNoPositiveRequirement
+	}
+	if slices.ContainsFunc(reqs, func(r Requirement) bool {
+		return (r.Operator == Equals || r.Operator == In) && !systemKey(r.Key)
+	}) {
+		return nil
+	}
+	if !slices.ContainsFunc(reqs, func(r Requirement) bool { return r.Operator.positive() && !systemKey(r.Key) }) {
+		return ErrSystemKeysOnly
+	}
+	return ErrOnlyExistence
+}
+
+// ParseAny parses s by the grammar alone, refusing only what is malformed,
+// empty or too long: for selectors that do not choose pods to delete (the
+// Namespaces of NAMESPACE_SELECTOR), where a label's presence is a fine
+// choice.
+func ParseAny(s string) (*Selector, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, ErrEmpty
 	}
@@ -67,10 +132,27 @@ func Parse(s string) (*Selector, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(reqs, func(r Requirement) bool { return r.Operator.positive() }) {
-		return nil, ErrNoPositiveRequirement
-	}
 	return &Selector{requirements: reqs}, nil
+}
+
+// ParseLabel parses one label as `key=value` (a non-empty value), the form
+// of a label every selected pod must carry (POD_OPT_IN_LABEL), into a
+// selector of it alone.
+func ParseLabel(s string) (*Selector, error) {
+	sel, err := ParseAny(s)
+	if err != nil {
+		return nil, err
+	}
+	if r := sel.requirements; len(r) != 1 || r[0].Operator != Equals || r[0].Values[0] == "" {
+		return nil, errors.New("must be one label as key=value, e.g. config-watcher.k8spatterns.io/restart=true")
+	}
+	return sel, nil
+}
+
+// And returns the conjunction of s and o: how a required label
+// (POD_OPT_IN_LABEL) joins every selector. Neither is changed.
+func (s *Selector) And(o *Selector) *Selector {
+	return &Selector{requirements: append(slices.Clip(s.requirements), o.requirements...)}
 }
 
 // String renders the selector in a canonical form the API server accepts.

@@ -18,7 +18,9 @@ func TestParseAccepts(t *testing.T) {
 		{"Equality", "app=webapp", "app=webapp"},
 		{"DoubleEquals", "app==webapp", "app=webapp"},
 		{"BlanksAroundTokens", "  app = webapp , tier  in ( a , b ) ", "app=webapp,tier in (a,b)"},
-		{"Exists", "app", "app"},
+		{"ExistsBesideAValue", "app=webapp,tier", "app=webapp,tier"},
+		{"SystemKeyBesideAWorkloadLabel", "app=webapp,pod-template-hash=7466656dc8", "app=webapp,pod-template-hash=7466656dc8"},
+		{"SetOfAWorkloadLabel", "app in (webapp,api)", "app in (webapp,api)"},
 		{"PrefixedKey", "k8spatterns.io/app=web_app-1.2", "k8spatterns.io/app=web_app-1.2"},
 		{"EmptyValue", "app=", "app="},
 		{"PositivePlusNegative", "app=webapp,!canary,tier!=db,env notin (dev)", "app=webapp,!canary,tier!=db,env notin (dev)"},
@@ -52,6 +54,19 @@ func TestParseRefuses(t *testing.T) {
 		{"OnlyNotEquals", "app!=webapp", ErrNoPositiveRequirement, ""},
 		{"OnlyNotIn", "app notin (a,b)", ErrNoPositiveRequirement, ""},
 		{"OnlyNegativesCombined", "!a,b!=c,d notin (e)", ErrNoPositiveRequirement, ""},
+		{"OnlyExistence", "app", ErrOnlyExistence, ""},
+		{"OnlyExistenceSeveral", "app,tier", ErrOnlyExistence, ""},
+		{"ExistenceAndNegatives", "app,!canary,tier!=db", ErrOnlyExistence, ""},
+		{"ExistenceAndASystemValue", "app,pod-template-hash=7466656dc8", ErrOnlyExistence, ""},
+		{"DeploymentPods", "pod-template-hash", ErrSystemKeysOnly, ""},
+		{"OneReplicaSet", "pod-template-hash=7466656dc8", ErrSystemKeysOnly, ""},
+		{"StatefulSetAndDaemonSetPods", "controller-revision-hash", ErrSystemKeysOnly, ""},
+		{"StatefulSetPodName", "statefulset.kubernetes.io/pod-name", ErrSystemKeysOnly, ""},
+		{"StatefulSetPodIndex", "apps.kubernetes.io/pod-index in (0,1)", ErrSystemKeysOnly, ""},
+		{"DaemonSetGeneration", "pod-template-generation=3", ErrSystemKeysOnly, ""},
+		{"JobPods", "batch.kubernetes.io/job-name,job-name", ErrSystemKeysOnly, ""},
+		{"JobControllerUID", "controller-uid,batch.kubernetes.io/controller-uid", ErrSystemKeysOnly, ""},
+		{"SystemKeysAndNegatives", "pod-template-hash,app!=webapp", ErrSystemKeysOnly, ""},
 		{"UnclosedSet", "app in (", nil, "expected a value or ')'"},
 		{"UnclosedSetAfterValue", "app in (a", nil, "expected ',' or ')'"},
 		{"EmptySet", "app in ()", nil, "empty value in a value set"},
@@ -115,11 +130,73 @@ func TestMatchesAgreesWithTheAPIServer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Parse(tt.sel)
+			s, err := ParseAny(tt.sel) // matching, not breadth
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, s.Matches(tt.labels))
 		})
 	}
+}
+
+// TestEverySystemKeyAloneIsRefused ensures no label the system sets on every
+// pod of a kind makes a selector on its own, with or without a value.
+func TestEverySystemKeyAloneIsRefused(t *testing.T) {
+	for _, key := range SystemKeys {
+		for _, in := range []string{key, key + "=x", key + " in (x,y)"} {
+			_, err := Parse(in)
+			assert.ErrorIs(t, err, ErrSystemKeysOnly, in)
+		}
+	}
+}
+
+// TestRefusalsHintAtAWorkloadSelector ensures each refusal for breadth says
+// what to write instead, as the InvalidSelector Event shows it.
+func TestRefusalsHintAtAWorkloadSelector(t *testing.T) {
+	for _, err := range []error{ErrEmpty, ErrNoPositiveRequirement, ErrOnlyExistence, ErrSystemKeysOnly} {
+		assert.Contains(t, err.Error(), "e.g. app=webapp")
+	}
+}
+
+// TestParseAnyTakesWhatParseRefusesForBreadth ensures the grammar-only parse
+// (for Namespaces) accepts a label's presence but still refuses bad syntax.
+func TestParseAnyTakesWhatParseRefusesForBreadth(t *testing.T) {
+	s, err := ParseAny("config-watcher.k8spatterns.io/enabled")
+	require.NoError(t, err)
+	assert.True(t, s.Matches(map[string]string{"config-watcher.k8spatterns.io/enabled": "yes"}))
+	_, err = ParseAny("a&b")
+	assert.Error(t, err)
+	_, err = ParseAny(" ")
+	assert.ErrorIs(t, err, ErrEmpty)
+}
+
+// TestParseLabelTakesOneKeyValue ensures a required label is one key=value,
+// and anything else is refused with the form to give.
+func TestParseLabelTakesOneKeyValue(t *testing.T) {
+	s, err := ParseLabel("config-watcher.k8spatterns.io/restart=true")
+	require.NoError(t, err)
+	assert.Equal(t, "config-watcher.k8spatterns.io/restart=true", s.String())
+	for _, in := range []string{"restart", "restart=", "restart!=true", "a=b,c=d", "restart in (true)", "!restart"} {
+		_, err := ParseLabel(in)
+		assert.ErrorContains(t, err, "key=value", in)
+	}
+	_, err = ParseLabel("a b")
+	assert.Error(t, err)
+}
+
+// TestAndRequiresBoth ensures a joined requirement (POD_OPT_IN_LABEL) must
+// hold too, is rendered for the server, and leaves both selectors as they were.
+func TestAndRequiresBoth(t *testing.T) {
+	app, err := Parse("app=webapp")
+	require.NoError(t, err)
+	optIn, err := ParseAny("config-watcher.k8spatterns.io/restart=true")
+	require.NoError(t, err)
+	both := app.And(optIn)
+	assert.Equal(t, "app=webapp,config-watcher.k8spatterns.io/restart=true", both.String())
+	assert.False(t, both.Matches(map[string]string{"app": "webapp"}))
+	assert.True(t, both.Matches(map[string]string{"app": "webapp", "config-watcher.k8spatterns.io/restart": "true"}))
+	assert.Equal(t, "app=webapp", app.String())
+	again, err := Parse(both.String())
+	require.NoError(t, err)
+	assert.Equal(t, both.String(), again.String())
 }
 
 // FuzzParse ensures the parser never panics and that whatever it accepts has

@@ -63,9 +63,10 @@ type Decoder struct {
 }
 
 const (
-	// maxLine is far above one object of the API server (its request limit
-	// is 3 MiB; escaping at most sextuples it).
-	maxLine = 64 << 20
+	// maxLine is above one object of the API server (1 MiB of data, a few
+	// times that once JSON-escaped) and well below the controller's 64 Mi
+	// memory limit: a longer line is a fault or an attack.
+	maxLine = 16 << 20
 	// keepLine is the largest line buffer kept between events: one grown for
 	// a rare huge object is not held for days.
 	keepLine = 4 << 20

@@ -289,12 +289,12 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// TestDecoderLineAboveMaxIsMalformed ensures a line longer than maxLine (64
+// TestDecoderLineAboveMaxIsMalformed ensures a line longer than maxLine (16
 // MiB) is skipped as malformed without being kept whole, and the next line is
 // still read. The long line is generated as it is read.
 func TestDecoderLineAboveMaxIsMalformed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("reads 64 MiB")
+		t.Skip("reads 16 MiB")
 	}
 	prefix := `{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"1"},"data":{"a":"`
 	input := io.MultiReader(

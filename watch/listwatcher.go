@@ -50,7 +50,13 @@ type Config struct {
 	// FieldSelector, if set, narrows the list and the watch server-side
 	// (e.g. type!=helm.sh/release.v1 for Secrets).
 	FieldSelector string
+	// LabelSelector, if set, narrows them by labels (the Namespaces that
+	// opted in); an object that stops matching arrives as DELETED.
+	LabelSelector string
 	PageSize      int // of a paged list [500]; it bounds requests, not memory
+	// StartAfter, if set, holds the first list until it is closed: the
+	// objects are judged by what another loop must have listed first.
+	StartAfter <-chan struct{}
 
 	// Bounds of each watch's timeoutSeconds, chosen at random to spread the
 	// reconnections of many controllers [300 s, twice the minimum].
@@ -104,8 +110,10 @@ type ListWatcher struct {
 	needList bool   // the next watch needs a fresh list first
 
 	listed, watching, running atomic.Bool
-	lastHealthy               atomic.Int64           // unix nanos of the last time the loop was known in sync
-	problem                   atomic.Pointer[string] // the failure since the last open watch, and its fix
+	relist                    atomic.Bool                        // Relist asked for a list
+	stopWatch                 atomic.Pointer[context.CancelFunc] // ends the open watch, if any
+	lastHealthy               atomic.Int64                       // unix nanos of the last time the loop was known in sync
+	problem                   atomic.Pointer[string]             // the failure since the last open watch, and its fix
 }
 
 // New returns a ListWatcher; call Run to start it.
@@ -167,11 +175,28 @@ func (lw *ListWatcher) Alive() bool { return lw.running.Load() }
 
 func (lw *ListWatcher) markHealthy() { lw.lastHealthy.Store(lw.cfg.Now().UnixNano()) }
 
+// Relist makes the loop list the collection again at once, ending its open
+// watch: the handler sees every object afresh (those of a namespace that
+// just opted in, ignored until now).
+func (lw *ListWatcher) Relist() {
+	lw.relist.Store(true)
+	if stop := lw.stopWatch.Load(); stop != nil {
+		(*stop)()
+	}
+}
+
 // Run lists and watches until ctx is done. It never gives up on errors: it
 // logs them and retries with backoff. It returns ctx's error.
 func (lw *ListWatcher) Run(ctx context.Context) error {
 	lw.running.Store(true)
 	defer lw.running.Store(false)
+	if lw.cfg.StartAfter != nil {
+		select {
+		case <-lw.cfg.StartAfter:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	bo := lw.cfg.NewBackOff()
 	lw.needList = true
 	reason := "initial" // why the previous watch ended
@@ -198,6 +223,10 @@ func (lw *ListWatcher) Run(ctx context.Context) error {
 			break
 		}
 		switch {
+		case lw.relist.Swap(false):
+			reason = "relist"
+			lw.needList = true
+			lw.log.Info("relisting, as asked", "path", lw.cfg.Path)
 		case err == nil: // the server closed the stream: resume from lw.rv at once
 			reason = "eof"
 			if lasted >= timeout-time.Second {
@@ -294,6 +323,9 @@ func (lw *ListWatcher) query(q url.Values) url.Values {
 	if lw.cfg.FieldSelector != "" {
 		q.Set("fieldSelector", lw.cfg.FieldSelector)
 	}
+	if lw.cfg.LabelSelector != "" {
+		q.Set("labelSelector", lw.cfg.LabelSelector)
+	}
 	return q
 }
 
@@ -331,6 +363,13 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 	})
 	ctx, cancel := context.WithTimeout(ctx, timeout+watchSlack)
 	defer cancel()
+	// Published before the flag is read: a Relist either sees the stop or
+	// is seen here.
+	lw.stopWatch.Store(&cancel)
+	defer lw.stopWatch.Store(nil)
+	if lw.relist.Load() {
+		return 0, timeout, nil
+	}
 	body, err := lw.client.Stream(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataAccept))
 	if err != nil {
 		return 0, timeout, err
@@ -401,8 +440,8 @@ func newMetrics(r *metrics.Registry, prefix, about string) *Metrics {
 	return &Metrics{
 		Events: r.NewCounterVec(prefix+"events_total", "Watch events received, by type"+about+".", "type",
 			string(Added), string(Modified), string(Deleted), string(Bookmark), string(Error)),
-		WatchStarts: r.NewCounterVec(prefix+"watch_starts_total", "Watches opened, by why the previous one ended (initial, timeout: the server's timeoutSeconds, eof: closed sooner, gone, error)"+about+".", "reason",
-			"initial", "timeout", "eof", "gone", "error"),
+		WatchStarts: r.NewCounterVec(prefix+"watch_starts_total", "Watches opened, by why the previous one ended (initial, timeout: the server's timeoutSeconds, eof: closed sooner, gone, error, relist: a namespace opted in)"+about+".", "reason",
+			"initial", "timeout", "eof", "gone", "error", "relist"),
 		Relists:   r.NewCounter(prefix+"relists_total", "Lists made again because the watch's resourceVersion expired"+about+"."),
 		Malformed: r.NewCounter(prefix+"malformed_events_total", "Watch lines that could not be decoded and were skipped"+about+"."),
 		LastEvent: r.NewGauge(prefix+"last_event_timestamp_seconds", "Unix time of the last watch event, bookmarks included"+about+"."),

@@ -52,22 +52,34 @@ func TestListWatcherListsPagesThenWatches(t *testing.T) {
 	assert.Empty(t, l.after.requested(), "a watch that delivered events is resumed at once")
 }
 
-// TestListWatcherFieldSelectorNarrowsListAndWatch ensures a field selector
-// goes with every list page and every watch, so the server never sends
-// what it excludes.
-func TestListWatcherFieldSelectorNarrowsListAndWatch(t *testing.T) {
-	api := newFakeAPI(t).
-		onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
-		onWatch(stream(modified("a", "101")))
-	srv := api.start()
-	l := newLoop(t, srv.URL, Config{PageSize: 1, FieldSelector: "type!=helm.sh/release.v1"}).run(t)
-	api.waitWatches(t, 2)
-	l.stop(t)
+// TestListWatcherSelectorsNarrowListAndWatch ensures a field selector (the
+// Secrets not Helm's) and a label selector (the Namespaces that opted in) go
+// with every list page and every watch, so the server never sends what they
+// exclude.
+func TestListWatcherSelectorsNarrowListAndWatch(t *testing.T) {
+	for _, tt := range []struct{ name, param, value string }{
+		{"FieldSelector", "fieldSelector", "type!=helm.sh/release.v1"},
+		{"LabelSelector", "labelSelector", "config-watcher.k8spatterns.io/enabled=true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t).
+				onList(list("100", "tok-page-2", item("a", "90")), list("100", "", item("c", "95"))).
+				onWatch(stream(modified("a", "101")))
+			srv := api.start()
+			cfg := Config{PageSize: 1, FieldSelector: tt.value}
+			if tt.param == "labelSelector" {
+				cfg = Config{PageSize: 1, LabelSelector: tt.value}
+			}
+			l := newLoop(t, srv.URL, cfg).run(t)
+			api.waitWatches(t, 2)
+			l.stop(t)
 
-	lists := api.listRequests()
-	require.Len(t, lists, 2)
-	for i, r := range append(lists, api.watchRequests()...) {
-		assert.Equal(t, "type!=helm.sh/release.v1", r.Query.Get("fieldSelector"), "request #%d: %v", i+1, r.Query)
+			lists := api.listRequests()
+			require.Len(t, lists, 2)
+			for i, r := range append(lists, api.watchRequests()...) {
+				assert.Equal(t, tt.value, r.Query.Get(tt.param), "request #%d: %v", i+1, r.Query)
+			}
+		})
 	}
 }
 
@@ -663,4 +675,54 @@ func TestListWatcherTimeoutEndCounted(t *testing.T) {
 			assert.Equal(t, uint64(1), l.m.WatchStarts.Value(tt.wantEnd))
 		})
 	}
+}
+
+// TestListWatcherRelistListsAgainAtOnce ensures Relist ends the open watch
+// and lists again without a backoff, so the handler sees every object
+// afresh, and the watch that follows is counted with the reason relist.
+func TestListWatcherRelistListsAgainAtOnce(t *testing.T) {
+	api := newFakeAPI(t).onList(oneItemList(), list("200", "", item("a", "150"), item("b", "160")))
+	srv := api.start()
+	l := startLoop(t, srv.URL)
+	api.waitWatches(t, 1)
+	l.lw.Relist()
+	api.waitWatches(t, 2)
+	l.stop(t)
+	assert.Len(t, api.listRequests(), 2)
+	assert.Equal(t, "200", api.watchRequests()[1].Query.Get("resourceVersion"), "the watch goes on from the new list")
+	assert.Equal(t, uint64(1), l.m.WatchStarts.Value("relist"))
+	assert.Empty(t, l.after.requested(), "no backoff")
+	assert.Equal(t, []string{"BeginList", "SYNCED a@90", "EndList", "BeginList", "SYNCED a@150", "SYNCED b@160", "EndList"}, l.h.seen(),
+		"the second list reached the handler whole")
+}
+
+// TestListWatcherRelistBeforeTheWatchIsNotLost ensures a Relist asked for
+// while the loop lists (no watch open to end) still makes it list again.
+func TestListWatcherRelistBeforeTheWatchIsNotLost(t *testing.T) {
+	gate := make(chan struct{})
+	api := newFakeAPI(t).onList(gated(gate, oneItemList()), oneItemList())
+	srv := api.start()
+	l := startLoop(t, srv.URL)
+	api.waitLists(t, 1)
+	l.lw.Relist()
+	close(gate)
+	api.waitLists(t, 2)
+	api.waitWatches(t, 1)
+	l.stop(t)
+	assert.Len(t, api.watchRequests(), 1, "no watch of the first list's revision is kept open")
+}
+
+// TestListWatcherStartAfterHoldsTheFirstList ensures a loop with StartAfter
+// runs (alive) but asks nothing until it is closed.
+func TestListWatcherStartAfterHoldsTheFirstList(t *testing.T) {
+	api := newFakeAPI(t).onList(oneItemList())
+	srv := api.start()
+	gate := make(chan struct{})
+	l := newLoop(t, srv.URL, Config{StartAfter: gate}).run(t)
+	require.Eventually(t, l.lw.Alive, waitLimit, time.Millisecond)
+	assert.Empty(t, api.listRequests(), "nothing asked before the gate opens")
+	assert.Equal(t, "initial list not done", l.lw.Unready())
+	close(gate)
+	api.waitWatches(t, 1)
+	l.stop(t)
 }

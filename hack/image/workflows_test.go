@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,20 +22,32 @@ import (
 const repoRoot = "../.."
 
 type workflow struct {
-	Jobs map[string]struct {
-		Steps []struct {
-			Uses string            `yaml:"uses"`
-			Run  string            `yaml:"run"`
-			With map[string]string `yaml:"with"`
-		} `yaml:"steps"`
-	} `yaml:"jobs"`
-	Env map[string]string `yaml:"env"`
+	On          map[string]any    `yaml:"on"`
+	Permissions any               `yaml:"permissions"`
+	Jobs        map[string]job    `yaml:"jobs"`
+	Env         map[string]string `yaml:"env"`
+}
+
+type job struct {
+	If          string `yaml:"if"`
+	RunsOn      any    `yaml:"runs-on"`
+	Permissions any    `yaml:"permissions"`
+	Steps       []step `yaml:"steps"`
+}
+
+type step struct {
+	Uses string            `yaml:"uses"`
+	Run  string            `yaml:"run"`
+	With map[string]string `yaml:"with"`
 }
 
 var (
 	makeTarget = regexp.MustCompile(`\bmake ([a-z0-9-]+)`)
 	repoPath   = regexp.MustCompile(`\b(?:hack|\.ci|dist|manifests|docs)/[A-Za-z0-9._/-]*[A-Za-z0-9_]`)
-	pinnedUses = regexp.MustCompile(`^[\w.-]+/[\w./-]+@v\d+(\.\d+)*$`)
+	// An action by the commit its version's tag names (a tag can be moved to
+	// other code); the version stays in a comment on the line.
+	pinnedUses = regexp.MustCompile(`^[\w.-]+/[\w./-]+@[0-9a-f]{40}$`)
+	usesLine   = regexp.MustCompile(`(?m)^\s*(?:- )?uses:\s*(\S+)(.*)$`)
 	goRun      = regexp.MustCompile(`go run ([\w./-]+)@(v[\w.-]+)`)
 )
 
@@ -80,8 +93,16 @@ func workflowProblems(t *testing.T, data []byte, targets []string) []string {
 				texts = append(texts, v)
 			}
 			if s.Uses != "" && !pinnedUses.MatchString(s.Uses) {
-				bad = append(bad, fmt.Sprintf("job %s: %q is not pinned to a version", name, s.Uses))
+				bad = append(bad, fmt.Sprintf("job %s: %q is not pinned to a commit", name, s.Uses))
 			}
+			if strings.HasPrefix(s.Uses, "actions/checkout@") && s.With["persist-credentials"] != "false" {
+				bad = append(bad, fmt.Sprintf("job %s: %s keeps the token in .git/config (persist-credentials: false)", name, s.Uses))
+			}
+		}
+	}
+	for _, m := range usesLine.FindAllStringSubmatch(string(data), -1) {
+		if !regexp.MustCompile(`^\s*# v\d+\.\d+\.\d+$`).MatchString(m[2]) {
+			bad = append(bad, fmt.Sprintf("%s: no version comment (# vX.Y.Z) beside the commit", m[1]))
 		}
 	}
 	for _, text := range texts {
@@ -117,7 +138,7 @@ func workflowProblems(t *testing.T, data []byte, targets []string) []string {
 func TestWorkflowsNameWhatExists(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(repoRoot, ".github", "workflows", "*.yml"))
 	require.NoError(t, err)
-	require.Len(t, files, 2, "ci.yml and release.yml")
+	require.Len(t, files, 3, "ci.yml, node.yml and release.yml")
 	targets := makeTargets(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -135,7 +156,10 @@ func TestWorkflowProblemsAreFound(t *testing.T) {
 		{"MissingMakeTarget", "run: make relase", "no make target relase"},
 		{"MissingScript", "run: bash hack/no-such.sh", "no file hack/no-such.sh"},
 		{"MissingDistFile", "run: gh release upload v1 dist/install.yml", "make release writes no dist/install.yml"},
-		{"ActionOnABranch", "uses: actions/checkout@main", `job j: "actions/checkout@main" is not pinned to a version`},
+		{"ActionOnABranch", "uses: actions/setup-go@main # v5.6.0", `job j: "actions/setup-go@main" is not pinned to a commit`},
+		{"ActionOnAMovableTag", "uses: actions/setup-go@v5 # v5.6.0", `job j: "actions/setup-go@v5" is not pinned to a commit`},
+		{"CommitWithoutItsVersion", "uses: actions/setup-go@40f1582b2485089dde7abd97c1529aa768e1baff", "no version comment"},
+		{"CheckoutKeepsCredentials", "uses: actions/checkout@11d5960a326750d5838078e36cf38b85af677262 # v4.4.0", "persist-credentials: false"},
 		{"OtherCrane", "run: go run github.com/google/go-containerregistry/cmd/crane@v0.1.0 push", "github.com/google/go-containerregistry/cmd/crane@v0.1.0"},
 	}
 	targets := makeTargets(t)
@@ -168,5 +192,140 @@ func TestReleaseBuildsWithTheDockerfilesGo(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, []string{string(m[1])}, versions)
+	require.NotEmpty(t, versions)
+	for _, v := range versions {
+		assert.Equal(t, string(m[1]), v, "every job of release.yml (the build, and the publish's crane)")
+	}
+}
+
+// readWorkflow parses .github/workflows/name.
+func readWorkflow(t *testing.T, name string) workflow {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, ".github", "workflows", name))
+	require.NoError(t, err)
+	var wf workflow
+	require.NoError(t, yaml.Unmarshal(data, &wf))
+	return wf
+}
+
+// selfHosted reports whether a job's runs-on asks for a self-hosted runner.
+func selfHosted(j job) bool { return strings.Contains(fmt.Sprint(j.RunsOn), "self-hosted") }
+
+// rootJobProblems lists how a workflow lets a pull request's code or
+// workflow run on a self-hosted runner (as root) without a maintainer.
+func rootJobProblems(wf workflow) []string {
+	var bad []string
+	for name, j := range wf.Jobs {
+		if !selfHosted(j) {
+			continue
+		}
+		if _, ok := wf.On["pull_request"]; ok {
+			bad = append(bad, "job "+name+": a self-hosted job in a workflow a pull_request triggers runs the pull request's copy of it")
+		}
+		if _, ok := wf.On["pull_request_target"]; ok && !strings.Contains(j.If, "github.event.label.name == '") {
+			bad = append(bad, "job "+name+": pull_request_target without a maintainer's label in its if")
+		}
+		if !strings.Contains(j.If, "vars.CW_SELF_HOSTED_NODE == 'true'") {
+			bad = append(bad, "job "+name+": runs without CW_SELF_HOSTED_NODE")
+		}
+	}
+	return bad
+}
+
+// TestNodeJobNeverRunsAPullRequestsWorkflow ensures the self-hosted, root
+// e2e-node job runs for a push to main, a manual run, or a pull request a
+// maintainer labelled (this file as main has it), never from a workflow a
+// pull request triggers; and that the check sees each way of breaking that.
+func TestNodeJobNeverRunsAPullRequestsWorkflow(t *testing.T) {
+	found := 0
+	for _, name := range []string{"ci.yml", "node.yml", "release.yml"} {
+		wf := readWorkflow(t, name)
+		assert.Empty(t, rootJobProblems(wf), name)
+		for _, j := range wf.Jobs {
+			if selfHosted(j) {
+				found++
+			}
+		}
+	}
+	require.Equal(t, 1, found, "one self-hosted job: e2e-node")
+	node := readWorkflow(t, "node.yml")
+	assert.ElementsMatch(t, []string{"push", "workflow_dispatch", "pull_request_target"}, slices.Collect(maps.Keys(node.On)))
+
+	broken := readWorkflow(t, "node.yml")
+	broken.On["pull_request"] = nil
+	assert.NotEmpty(t, rootJobProblems(broken), "a pull_request trigger")
+	broken = readWorkflow(t, "node.yml")
+	j := broken.Jobs["e2e-node"]
+	j.If = "vars.CW_SELF_HOSTED_NODE == 'true'"
+	broken.Jobs["e2e-node"] = j
+	assert.NotEmpty(t, rootJobProblems(broken), "no label required")
+}
+
+// permissions returns the write scopes of p (a map of scope → level, or a
+// string such as write-all), sorted.
+func writes(p any) []string {
+	var out []string
+	switch p := p.(type) {
+	case string:
+		if p != "read-all" && p != "" {
+			out = append(out, p)
+		}
+	case map[string]any:
+		for scope, level := range p {
+			if level == "write" {
+				out = append(out, scope)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestReleaseSplitsBuildFromPublish ensures release.yml grants nothing at the
+// top, builds in a job that may write nothing, and holds contents, packages
+// and id-token write in one job that builds nothing (no make, no checkout
+// of code it runs) and installs a pinned cosign.
+func TestReleaseSplitsBuildFromPublish(t *testing.T) {
+	wf := readWorkflow(t, "release.yml")
+	assert.Empty(t, writes(wf.Permissions), "no permission for every job")
+	var writers []string
+	for name, j := range wf.Jobs {
+		w := writes(j.Permissions)
+		if j.Permissions == nil {
+			w = []string{"(the defaults)"}
+		}
+		builds := false
+		for _, s := range j.Steps {
+			builds = builds || makeTarget.MatchString(s.Run)
+		}
+		switch {
+		case len(w) == 0:
+			continue
+		case builds:
+			assert.Failf(t, "a build job may write", "job %s runs make with %v", name, w)
+		}
+		writers = append(writers, name)
+		assert.Equal(t, []string{"contents", "id-token", "packages"}, w, "job %s", name)
+		var cosign string
+		for _, s := range j.Steps {
+			if strings.HasPrefix(s.Uses, "sigstore/cosign-installer@") {
+				cosign = s.With["cosign-release"]
+			}
+		}
+		assert.Regexp(t, `^v\d+\.\d+\.\d+$`, cosign, "job %s: cosign-installer without a pinned cosign-release", name)
+	}
+	assert.Equal(t, []string{"publish"}, writers, "one job holds the write permissions")
+}
+
+// TestVerifyCommandNamesTheExactIdentity ensures docs/deployment.md's cosign
+// verify names the release workflow of one tag exactly: an unanchored
+// regexp would take a certificate of any workflow whose identity merely
+// contains it (a fork's, another repository's).
+func TestVerifyCommandNamesTheExactIdentity(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "deployment.md"))
+	require.NoError(t, err)
+	text := string(doc)
+	assert.False(t, strings.Contains(text, "--certificate-identity-regexp"), "docs/deployment.md: an identity regexp")
+	assert.True(t, strings.Contains(text, "--certificate-identity https://github.com/k8spatterns/config-watcher/.github/workflows/release.yml@refs/tags/vX.Y.Z"), "docs/deployment.md: the exact identity")
+	assert.True(t, strings.Contains(text, "--certificate-oidc-issuer https://token.actions.githubusercontent.com"), "docs/deployment.md: the issuer")
 }

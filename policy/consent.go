@@ -1,0 +1,259 @@
+package policy
+
+// Consent: which pods the controller may restart at all, whatever a
+// selector says (issue 37). Anyone who may edit a ConfigMap of a watched
+// namespace chooses a selector; these rules keep that choice from reaching
+// pods whose owners never agreed to it: the controller's own replicas
+// (OwnPod), pods without the opt-in label (POD_OPT_IN_LABEL, selectorOf),
+// and, under WATCH_NAMESPACE=*, namespaces that did not opt in
+// (NamespaceConsent).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// OwnPod is the controller's own pod. It and every pod of the same owner
+// (the other replicas of its Deployment's ReplicaSet: a standby, or the
+// leader seen from a standby) are never restarted: a selector such as
+// app.kubernetes.io/name=config-watcher must not take the controller down.
+type OwnPod struct {
+	Namespace, Name, UID string
+	// OwnerUID is the uid of the pod's controller (its ReplicaSet), as the
+	// pod's ownerReferences name it; "" for a bare pod or unknown.
+	OwnerUID string
+}
+
+// Spares reports whether a pod must never be restarted: it is the
+// controller's own (by uid, or by name in its namespace when the uid is not
+// known), or a sibling (the same owner uid, in its namespace).
+func (o OwnPod) Spares(namespace, name, uid, ownerUID string) bool {
+	switch {
+	case o.UID != "" && uid == o.UID:
+		return true
+	case o.Namespace != "" && namespace != o.Namespace:
+		return false
+	case o.OwnerUID != "" && ownerUID == o.OwnerUID:
+		return true
+	}
+	// By name only without a uid to go by (POD_UID unset): a pod of the
+	// same name elsewhere is spared too, which errs on the side of doing
+	// nothing.
+	return o.UID == "" && o.Name != "" && name == o.Name
+}
+
+// LearnOwnPod reads the controller's own pod once (a LIST by name: the verb
+// the controller has on pods) to learn its owner, so that its siblings are
+// spared too. A pod of another uid under that name is an error: POD_UID and
+// POD_NAME disagree. What no retry can fix (RBAC, a wrong name or uid) is a
+// backoff.Permanent error.
+func LearnOwnPod(ctx context.Context, api API, own OwnPod) (OwnPod, error) {
+	q := url.Values{"fieldSelector": {"metadata.name=" + own.Name}}
+	body, err := api.GetBody(ctx, apiclient.CorePath(own.Namespace, "pods", ""), q, "application/json")
+	if err != nil {
+		if apiclient.IsForbidden(err) {
+			return own, backoff.Permanent(fmt.Errorf("RBAC: the controller may not list pods in its namespace %s (needs verb list on pods) to learn its own pod's owner: %w", own.Namespace, err))
+		}
+		return own, fmt.Errorf("read own pod %s/%s: %w", own.Namespace, own.Name, err)
+	}
+	defer body.Close()
+	found, wrongUID := false, ""
+	_, err = watch.ReadPage(body, func(raw []byte) {
+		meta := gjson.GetBytes(raw, "metadata")
+		if meta.Get("name").String() != own.Name {
+			return
+		}
+		found = true
+		uid := meta.Get("uid").String()
+		if own.UID == "" {
+			own.UID = uid
+		} else if uid != own.UID {
+			wrongUID = uid
+		}
+		own.OwnerUID = meta.Get(`ownerReferences.#(controller==true).uid`).String()
+	})
+	switch {
+	case err != nil:
+		return own, fmt.Errorf("read own pod %s/%s: %w", own.Namespace, own.Name, err)
+	case !found:
+		return own, backoff.Permanent(fmt.Errorf("own pod %s/%s not found: POD_NAME or POD_NAMESPACE is wrong (both come from the Downward API)", own.Namespace, own.Name))
+	case wrongUID != "":
+		return own, backoff.Permanent(fmt.Errorf("pod %s/%s has uid %s, not POD_UID %s: POD_NAME or POD_UID is wrong (both come from the Downward API)", own.Namespace, own.Name, wrongUID, own.UID))
+	}
+	return own, nil
+}
+
+// selectorOf parses obj's selector as every round and look uses it: refused
+// if too broad, and narrowed to pods that carry the opt-in label when one is
+// required (POD_OPT_IN_LABEL), so a workload consents where it is defined.
+func (c *Controller) selectorOf(obj object) (*selector.Selector, error) {
+	sel, err := selector.Parse(obj.selector)
+	if err != nil || c.cfg.PodOptIn == nil {
+		return sel, err
+	}
+	return sel.And(c.cfg.PodOptIn), nil
+}
+
+// NamespaceConsent is the handler of a watch of the Namespaces that opted in
+// (NAMESPACE_SELECTOR, as its labelSelector): under WATCH_NAMESPACE=* the
+// controller acts only in them. It matches locally too, so a server that
+// ignored the selector still opts no namespace in.
+type NamespaceConsent struct {
+	sel *selector.Selector
+	log *slog.Logger
+	// OptedIn and OptedOut, if set, are called (from the watch's goroutine,
+	// without the lock) when a namespace joins or leaves after the first
+	// list: objects ignored so far must be seen afresh, and those of a
+	// namespace that left forgotten.
+	OptedIn, OptedOut func(namespace string)
+
+	mu      sync.Mutex
+	in      map[string]uint64 // opted-in namespace → list generation last seen
+	gen     uint64
+	listed  chan struct{} // closed at the end of the first list
+	refused map[string]bool
+}
+
+var _ watch.Handler = (*NamespaceConsent)(nil)
+
+// NewNamespaceConsent returns the consent of the Namespaces sel matches.
+func NewNamespaceConsent(sel *selector.Selector, log *slog.Logger) *NamespaceConsent {
+	return &NamespaceConsent{sel: sel, log: log, in: map[string]uint64{}, listed: make(chan struct{}), refused: map[string]bool{}}
+}
+
+// Listed is closed once the first list has ended: before that no namespace
+// is known to have opted in, and the watches of ConfigMaps wait for it.
+func (n *NamespaceConsent) Listed() <-chan struct{} { return n.listed }
+
+// Allows reports whether namespace opted in.
+func (n *NamespaceConsent) Allows(namespace string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.in[namespace]
+	return ok
+}
+
+// firstRefusal reports whether namespace was not refused since it last
+// opted in: its log line is written once.
+func (n *NamespaceConsent) firstRefusal(namespace string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refused[namespace] {
+		return false
+	}
+	n.refused[namespace] = true
+	return true
+}
+
+// BeginList implements watch.Handler.
+func (n *NamespaceConsent) BeginList() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gen++
+}
+
+// Handle implements watch.Handler.
+func (n *NamespaceConsent) Handle(ev watch.Event) {
+	meta := gjson.GetBytes(ev.Object, "metadata")
+	name := meta.Get("name").String()
+	if name == "" {
+		n.log.Warn("skipping namespace without a name", "rv", ev.ResourceVersion)
+		return
+	}
+	labels := map[string]string{}
+	meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
+		labels[k.String()] = v.String()
+		return true
+	})
+	n.set(name, ev.Type != watch.Deleted && n.sel.Matches(labels))
+}
+
+// EndList implements watch.Handler: namespaces the list did not show left.
+func (n *NamespaceConsent) EndList() {
+	n.mu.Lock()
+	var left []string
+	for ns, gen := range n.in {
+		if gen != n.gen {
+			left = append(left, ns)
+		}
+	}
+	n.mu.Unlock()
+	for _, ns := range left {
+		n.set(ns, false)
+	}
+	select {
+	case <-n.listed:
+	default:
+		close(n.listed)
+	}
+}
+
+// set records whether namespace opts in now, and says so when that changed
+// after the first list.
+func (n *NamespaceConsent) set(namespace string, in bool) {
+	n.mu.Lock()
+	_, was := n.in[namespace]
+	if in {
+		n.in[namespace] = n.gen
+		delete(n.refused, namespace)
+	} else {
+		delete(n.in, namespace)
+	}
+	n.mu.Unlock()
+	select {
+	case <-n.listed:
+	default:
+		return // the first list: nothing was judged yet
+	}
+	switch {
+	case in && !was:
+		n.log.Info("namespace opted in", "namespace", namespace)
+		if n.OptedIn != nil {
+			n.OptedIn(namespace)
+		}
+	case !in && was:
+		n.log.Info("namespace opted out: its ConfigMaps and Secrets are ignored", "namespace", namespace)
+		if n.OptedOut != nil {
+			n.OptedOut(namespace)
+		}
+	}
+}
+
+// optedIn reports whether the controller may act in namespace.
+func (c *Controller) optedIn(namespace string) bool {
+	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Allows(namespace)
+}
+
+// ignoreNotOptedIn forgets an object of a namespace that did not opt in,
+// and says so once per namespace. Nothing of it is kept: when the namespace
+// opts in, the watch lists it again and it is adopted as new. Its event is
+// counted as a reconcile with the result not_opted_in.
+func (c *Controller) ignoreNotOptedIn(obj object) {
+	c.drop(obj.key())
+	if c.cfg.Namespaces.firstRefusal(obj.namespace) {
+		c.log.Warn("ignoring annotated objects in a namespace that did not opt in (NAMESPACE_SELECTOR)", "namespace", obj.namespace, obj.kind.logKey(), obj.name)
+	}
+}
+
+// ForgetNamespace drops every object of namespace, which opted out: a round
+// in flight there finds its entry gone and stops before its next write.
+func (c *Controller) ForgetNamespace(namespace string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.entries {
+		if e.obj.namespace == namespace {
+			c.setExists(e, false)
+			delete(c.entries, key)
+		}
+	}
+}
