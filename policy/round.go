@@ -179,6 +179,11 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 			return resultError, 0, err
 		case step == stepAdopt:
 			log.Info("adopted", obj.dataAttr())
+			if obj.kind == kindSecret {
+				// Its state lives apart and can be lost apart: never
+				// silently.
+				c.event(obj, events.Normal, "Adopted", "No state of config-watcher was found for this Secret (first sight, or its state ConfigMap "+stateName(obj.name)+" was deleted or not written by config-watcher): its data is adopted as it is now, and its pods are restarted at its next change.")
+			}
 			return resultAdopted, 0, nil
 		}
 		return resultUnchanged, 0, nil

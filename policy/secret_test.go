@@ -582,7 +582,7 @@ func TestOwnerSyncDuringARoundKeepsItsIntent(t *testing.T) {
 // restart: its record says the data changed and its intent names pods,
 // yet no pod goes down, the Secret is adopted as it is, our state is
 // written over the view through its uid, and it is told: a StateUntrusted
-// Warning Event and a count.
+// Warning Event and a count, then the adoption's Event.
 func TestUnauthenticatedStateRestartsNothing(t *testing.T) {
 	changed, pending := secretHashOf(t, s1), secretHashOf(t, s2)+"/uid-1,uid-2"
 	for _, tt := range []struct {
@@ -614,7 +614,7 @@ func TestUnauthenticatedStateRestartsNothing(t *testing.T) {
 			require.Len(t, writes, 1, "our state over the view, through its uid")
 			assert.Equal(t, "state-uid-webapp-secret", gjson.Get(writes[0].body, "metadata.uid").String())
 			assert.Equal(t, uint64(1), m.StateUntrusted.Value())
-			assert.Equal(t, []string{"Secret/StateUntrusted"}, rec.reasons())
+			assert.Equal(t, []string{"Secret/StateUntrusted", "Secret/Adopted"}, rec.reasons())
 		})
 	}
 }
