@@ -415,6 +415,9 @@ func TestListWatcherConnectionRefused(t *testing.T) {
 		}
 		l.run(t)
 		api.waitWatches(t, 1)
+		// The server sees the watch before its answer reaches the loop,
+		// which logs the recovery then.
+		waitLog(t, l, `msg="watching again" path=/api/v1/namespaces/default/configmaps failures=3`)
 		l.stop(t)
 
 		assert.Equal(t, []time.Duration{1 * time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}, l.after.requested(),
@@ -450,6 +453,12 @@ func TestListWatcherConnectionRefused(t *testing.T) {
 	})
 }
 
+// waitLog waits until the loop's log holds line.
+func waitLog(t *testing.T, l *loop, line string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(l.logs.String(), line) }, waitLimit, time.Millisecond, "log line %s", line)
+}
+
 // TestListWatcherForbiddenSaysTheFixOnce ensures a list the API server
 // refuses (403) is logged once however often it is retried, as an error
 // naming the rule that grants it, that Unready gives the same fix while it
@@ -464,6 +473,7 @@ func TestListWatcherForbiddenSaysTheFixOnce(t *testing.T) {
 	l.run(t)
 	api.waitWatches(t, 1)
 	require.Eventually(t, func() bool { return l.lw.Unready() == "" }, waitLimit, time.Millisecond)
+	waitLog(t, l, `msg="watching again" path=/api/v1/namespaces/default/configmaps failures=3`)
 	l.stop(t)
 
 	const fix = `RBAC: the controller may not list configmaps in namespace default; grant it with the rule {apiGroups: [""], resources: ["configmaps"], verbs: ["list"]} in a Role in namespace default bound to the controller's ServiceAccount`
