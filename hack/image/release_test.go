@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -149,6 +150,7 @@ func TestRunReleaseRefusesBadFlags(t *testing.T) {
 		{"BinaryWithoutArch", good("-version", "v1.2.3", "-bin", bin)},
 		{"NoRevision", []string{"-version", "v1.2.3", "-manifests", "../../manifests", "-bin", "amd64=" + bin}},
 		{"NotAGoBinary", good("-version", "v1.2.3", "-bin", "amd64="+bin)},
+		{"AmbassadorDigestNotSHA256", good("-version", "v1.2.3", "-ambassador-digest", "v1.37.2", "-bin", "amd64="+bin)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,6 +178,28 @@ func TestRenderGrantsSecretsOnlyInTheSecretsInstalls(t *testing.T) {
 			assert.Equal(t, secrets, strings.Contains(string(y), "\n  - secrets\n"), "a rule on secrets")
 			assert.Equal(t, secrets, strings.Contains(string(y), "name: WATCH_SECRETS"), "WATCH_SECRETS")
 			assert.Contains(t, string(y), "image: "+defaultImage+"@"+digest)
+		})
+	}
+}
+
+// TestRenderPinsTheAmbassadorByDigest ensures a release given the
+// ambassador's digest names its image by that digest in every install file,
+// and one given none keeps the manifests' tag.
+func TestRenderPinsTheAmbassadorByDigest(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0", 64)
+	ambassador := "sha256:" + strings.Repeat("ab", 32)
+	for _, in := range installs {
+		t.Run(in.file, func(t *testing.T) {
+			r := release{version: "v1.2.3", image: defaultImage, revision: "abc", manifests: "../../manifests", ambassadorDigest: ambassador}
+			y, err := r.render(in, digest)
+			require.NoError(t, err)
+			assert.Contains(t, string(y), "image: "+ambassadorImage+"@"+ambassador)
+			assert.NotContains(t, string(y), "image: "+ambassadorImage+":")
+
+			r.ambassadorDigest = ""
+			y, err = r.render(in, digest)
+			require.NoError(t, err)
+			assert.Regexp(t, `image: `+regexp.QuoteMeta(ambassadorImage)+`:v\d+\.\d+\.\d+\n`, string(y))
 		})
 	}
 }

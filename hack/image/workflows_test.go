@@ -317,6 +317,25 @@ func TestReleaseSplitsBuildFromPublish(t *testing.T) {
 	assert.Equal(t, []string{"publish"}, writers, "one job holds the write permissions")
 }
 
+// TestReleasePinsTheAmbassadorByDigest ensures the release's build job
+// resolves the ambassador's digest (AMBASSADOR_DIGEST, which hack/release.sh
+// passes on) before it runs make release: the install files then name the
+// kubectl image by digest, not by a tag that could be moved.
+func TestReleasePinsTheAmbassadorByDigest(t *testing.T) {
+	build := readWorkflow(t, "release.yml").Jobs["build"]
+	resolved := false
+	for _, s := range build.Steps {
+		if strings.Contains(s.Run, "AMBASSADOR_DIGEST=") && strings.Contains(s.Run, "$GITHUB_ENV") {
+			resolved = true
+		}
+		if strings.Contains(s.Run, "make release") {
+			assert.True(t, resolved, "make release runs before the ambassador's digest is resolved")
+			return
+		}
+	}
+	t.Fatal("the build job runs no make release")
+}
+
 // TestVerifyCommandNamesTheExactIdentity ensures docs/deployment.md's cosign
 // verify names the release workflow of one tag exactly: an unanchored
 // regexp would take a certificate of any workflow whose identity merely
