@@ -4,7 +4,7 @@
 # happened. Exits with the tests' exit code. On failure the state dir (component logs,
 # audit log) is kept and its path printed.
 #
-# Usage: hack/e2e.sh [go test flags…]   (default: -count=1 -v -timeout 20m; also: make e2e)
+# Usage: hack/e2e.sh [go test flags…]   (default: -count=1 -v -timeout 45m, a guard against a hang; also: make e2e)
 #
 # To run the tests against a cluster that is already up:
 #   eval "$(hack/cluster.sh env)"; go test -tags e2e -count=1 -v ./e2e/...
@@ -16,7 +16,7 @@ repo="$(dirname "$hack_dir")"
 source "$hack_dir/lib.sh"
 
 flags=("$@")
-((${#flags[@]})) || flags=(-count=1 -v -timeout 20m)
+((${#flags[@]})) || flags=(-count=1 -v -timeout 45m)
 
 export CW_STATE_DIR
 CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-e2e.XXXXXX")
