@@ -96,13 +96,7 @@ var settings = []setting{
 		}
 		return nil
 	})},
-	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", text(func(c *config, v string) error {
-		if v != "" && k8sname.Label(v) != nil {
-			return errors.New("must be a namespace name (a DNS-1123 label)")
-		}
-		c.LeaseNamespace = v
-		return nil
-	})},
+	{"LEASE_NAMESPACE", "lease-namespace", "", "namespace of the leader-election Lease (default: the first watched namespace; required with WATCH_NAMESPACE=*)", namespaceName(func(c *config) *string { return &c.LeaseNamespace })},
 	{"API_URL", "api-url", "http://localhost:8001", "base URL of the API server, normally the kubectl proxy ambassador", text(func(c *config, v string) error {
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -131,13 +125,7 @@ var settings = []setting{
 		c.PodName = v
 		return nil
 	})},
-	{"POD_NAMESPACE", "pod-namespace", "", "namespace of the controller's own pod (from the Downward API): with POD_NAME, the controller reads its pod once to learn its owner, and never restarts a pod of that owner (a standby replica)", text(func(c *config, v string) error {
-		if v != "" && k8sname.Label(v) != nil {
-			return errors.New("must be a namespace name (a DNS-1123 label)")
-		}
-		c.PodNamespace = v
-		return nil
-	})},
+	{"POD_NAMESPACE", "pod-namespace", "", "namespace of the controller's own pod (from the Downward API): with POD_NAME, the controller reads its pod once to learn its owner, and never restarts a pod of that owner (a standby replica)", namespaceName(func(c *config) *string { return &c.PodNamespace })},
 	{"POD_UID", "pod-uid", "", "uid of the controller's own pod (from the Downward API), which it never restarts", text(func(c *config, v string) error {
 		if len(v) > 128 || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r > '~' }) {
 			return errors.New("must be a pod's metadata.uid")
@@ -178,6 +166,17 @@ var settings = []setting{
 	{"LEASE_DURATION", "lease-duration", "15s", "how long standbys wait after the leader's last renewal before taking over", leaseTime(func(c *config) *time.Duration { return &c.LeaseDuration })},
 	{"RENEW_DEADLINE", "renew-deadline", "10s", "how long the leader keeps acting without renewing its lease (shorter than LEASE_DURATION)", leaseTime(func(c *config) *time.Duration { return &c.RenewDeadline })},
 	{"RETRY_PERIOD", "retry-period", "2s", "interval between attempts to acquire or renew the lease", leaseTime(func(c *config) *time.Duration { return &c.RetryPeriod })},
+}
+
+// namespaceName is a namespace's name, or none when empty.
+func namespaceName(field func(c *config) *string) value {
+	return text(func(c *config, v string) error {
+		if v != "" && k8sname.Label(v) != nil {
+			return errors.New("must be a namespace name (a DNS-1123 label)")
+		}
+		*field(c) = v
+		return nil
+	})
 }
 
 // selectorSetting is a selector parse takes, or none when empty.
@@ -289,16 +288,14 @@ func readDigestKey(file string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	text = bytes.TrimSpace(text)
-	key := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
-	n, err := base64.StdEncoding.Decode(key, text)
+	key, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(text)))
 	switch {
 	case err != nil:
 		return nil, errors.New("the key is not base64")
-	case n != digestKeyBytes:
-		return nil, fmt.Errorf("the key is %d bytes once decoded, not %d", n, digestKeyBytes)
+	case len(key) != digestKeyBytes:
+		return nil, fmt.Errorf("the key is %d bytes once decoded, not %d", len(key), digestKeyBytes)
 	}
-	return key[:n], nil
+	return key, nil
 }
 
 // ownPod is the controller's own pod as the settings name it.
