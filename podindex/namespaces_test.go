@@ -344,8 +344,9 @@ func TestNamespacesFreeMemoryOnceListsSettle(t *testing.T) {
 	f := newNSFixture(t)
 	f.run()
 	release := f.api.hold("b")
-	f.n.Annotated("a", true)
+	// b first: a's list may end before a later Annotated("b") starts b.
 	f.n.Annotated("b", true)
+	f.n.Annotated("a", true)
 	require.Eventually(t, f.covered("a"), waitLimit, time.Millisecond)
 	assert.Zero(t, f.freed.Load(), "b is still listing")
 	release()
