@@ -90,7 +90,7 @@ func (p *pod) record(uid string) Record {
 		r.Owner = p.owner.Value()
 	}
 	if p.since != 0 {
-		r.Since = time.Unix(p.since, 0)
+		r.Since = time.Unix(p.since, 0).UTC()
 	}
 	return r
 }
