@@ -398,6 +398,27 @@ func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Du
 	return created, lists, known
 }
 
+// Get returns pod uid of namespace once the index shows it at a
+// resourceVersion other than notRV (exists), or gone, waiting up to wait:
+// a deletion refused for a stale resourceVersion is judged again on the
+// pod as it is now. known is false if the index did not show either in
+// time.
+func (x *Index) Get(ctx context.Context, namespace, uid, notRV string, wait time.Duration) (r Record, exists, known bool) {
+	known = x.waitFor(ctx, wait, func() bool {
+		if x.lists == 0 || x.listing {
+			return false
+		}
+		p := x.pods[namespace][uid]
+		if p == nil {
+			exists = false
+			return true
+		}
+		r, exists = p.record(uid), true
+		return p.rv != notRV
+	})
+	return r, exists, known
+}
+
 // Terminated returns the revision at which a pod began to terminate (its
 // first event with a deletionTimestamp, or its deletion), waiting up to wait
 // for the watch to show it; known is false if it did not.
