@@ -30,7 +30,8 @@ import (
 // bound or the round's first deletion (replacements). Where the index does
 // not catch up within sweepWait (bookmarks are rare in a quiet namespace),
 // one sweep LIST of the selected pods decides instead, and the round's
-// later waves list. The record waits for one of the two. Where the
+// later waves list while the index does not show the pods it found. The
+// record waits for one of the two. Where the
 // creation cannot be told, the pod is restarted: a restart too many is
 // recoverable, old configuration is not. docs/design.md, "The pod index",
 // has the reasoning.
@@ -64,7 +65,8 @@ type indexed struct {
 	index *podindex.Index
 	lists uint64 // the index's lists when the round began
 	// swept: the membership is complete. listOnly: the index could not
-	// catch up in time, and the round's later waves list.
+	// catch up in time, and the round's later waves list while it does not
+	// show every pending pod.
 	swept, listOnly bool
 	bound           *boundList // the limit=1 LIST, once sent
 
@@ -90,6 +92,13 @@ func (x *indexed) noteDeleted(uid string, rv uint64) {
 	if rv != 0 {
 		x.answered = min(x.answered, rv)
 	}
+}
+
+// hasAnswer: a DELETE of the round answered a revision.
+func (x *indexed) hasAnswer() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.answered != math.MaxUint64
 }
 
 // firstDeletion returns the revision at which the round's first deletion
@@ -132,22 +141,36 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 // numbers is not the index's: preconditions and bounds could not be
 // compared.
 func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, lists uint64, err error) {
-	if x = c.indexFor(namespace); x != nil && (r.indexed == nil || !r.indexed.listOnly) {
+	if x = c.indexFor(namespace); x != nil {
 		if recs, lists, ok := x.View(namespace); ok {
 			view = make([]livePod, len(recs))
-			opaque := false
+			opaque, shown := false, map[string]bool{}
 			for i, rec := range recs {
 				view[i] = fromRecord(rec)
 				opaque = opaque || view[i].version == 0
+				shown[rec.UID] = true
 			}
-			if !opaque {
+			switch {
+			case opaque:
+				c.sayOpaque(namespace)
+			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, shown):
 				return view, x, lists, nil
 			}
-			c.sayOpaque(namespace)
 		}
 	}
 	view, err = c.listNamespace(ctx, namespace)
 	return view, nil, 0, err
+}
+
+// showsPending: every pending pod of r is in the view (shown, by uid). A
+// round whose sweep found pods the index did not show lists until it does.
+func showsPending(r *round, shown map[string]bool) bool {
+	for i, p := range r.pods {
+		if r.state[i] == podPending && !shown[p.uid] {
+			return false
+		}
+	}
+	return true
 }
 
 // sayOpaque logs, once per process, that pod resourceVersions are not

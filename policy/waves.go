@@ -107,10 +107,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	c.take(b, obj, r, view, x, lists, log)
 	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
-		if added, err := c.complete(ctx, key, obj, r, log); err != nil || !added {
-			return err
-		}
-		return errMembersAdded
+		return c.completed(ctx, key, obj, r, log)
 	}
 	others := c.otherRounds(obj.namespace, r)
 	if r.indexed != nil && (c.cfg.Strategy == StrategyEvict || c.cfg.DryRun) {
@@ -144,16 +141,41 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		return err
 	}
 	if r.count(podPending) > 0 {
-		// A bound taken now, not at the first DELETE of a later wave,
-		// leaves out the pods created meanwhile.
-		c.startBound(ctx, obj.namespace, r)
+		if r.indexed != nil && !r.indexed.hasAnswer() {
+			// Nothing deleted yet: a bound taken now, not at the first
+			// DELETE of a later wave, leaves out the pods created meanwhile.
+			c.startBound(ctx, obj.namespace, r)
+		}
 		r.next = c.nextLook(b, r, x != nil, view, now)
 		return errWaiting
 	}
-	if added, err := c.complete(ctx, key, obj, r, log); err != nil || !added {
+	return c.completed(ctx, key, obj, r, log)
+}
+
+// completed completes round r's membership (complete): nil if it gained no
+// pod, else errMembersAdded, and the next wave restarts them; where every
+// pending pod goes at once (100 %, a dry run) they are restarted here,
+// with the preconditions of the view that found them.
+func (c *Controller) completed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	before := len(r.pods)
+	added, err := c.complete(ctx, key, obj, r, log)
+	if err != nil || !added {
 		return err
 	}
-	return errMembersAdded
+	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
+		return errMembersAdded
+	}
+	var which []int
+	for i := before; i < len(r.pods); i++ {
+		which = append(which, i)
+	}
+	if err := c.restartAll(ctx, key, obj, r, which, log); err != nil {
+		return err
+	}
+	if r.count(podPending) > 0 {
+		return errMembersAdded
+	}
+	return nil
 }
 
 // take makes the first wave's view the round's, once: its pods are the
