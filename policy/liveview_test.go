@@ -111,7 +111,7 @@ func TestMembershipBound(t *testing.T) {
 		wantRemoved: []string{"straggler", "webapp-1"},
 		wantIntent:  []string{"uid-1", "uid-s"},
 	}, {
-		name: "a pod created just after the bound is left",
+		name:     "a pod created just after the bound is left",
 		deleting: func(t *testing.T, api *fakeAPI, x *podindex.Index) { delete(api.pods, "straggler") },
 		deleted: func(t *testing.T, api *fakeAPI, x *podindex.Index) {
 			x.Handle(podEvent(t, watch.Added, api.addPodLocked("late", web))) // a revision after the deletion's
