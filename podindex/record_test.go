@@ -160,3 +160,33 @@ func TestOnChangeTellsReadinessChanges(t *testing.T) {
 	x.Handle(event(watch.Added, webapp("b", "11")))
 	assert.Empty(t, take(), "a new pod that is not Ready changes no budget")
 }
+
+// TestGetWaitsForAnotherRevision ensures Get answers a pod once the index
+// shows it at a revision other than the one a restart was refused for, or
+// gone, and says so when it does not in time.
+func TestGetWaitsForAnotherRevision(t *testing.T) {
+	ctx := context.Background()
+	x := podindex.New(discard)
+	relist(x, webapp("a", "5"))
+
+	_, _, known := x.Get(ctx, ns, "uid-a", "5", 0)
+	assert.False(t, known, "still at the refused revision")
+
+	done := make(chan podindex.Record)
+	go func() {
+		r, exists, known := x.Get(ctx, ns, "uid-a", "5", waitLimit)
+		assert.True(t, exists && known)
+		done <- r
+	}()
+	x.Handle(event(watch.Modified, webapp("a", "6")))
+	assert.Equal(t, "6", (<-done).ResourceVersion)
+
+	x.Handle(event(watch.Deleted, webapp("a", "7")))
+	_, exists, known := x.Get(ctx, ns, "uid-a", "6", 0)
+	assert.True(t, known)
+	assert.False(t, exists, "gone")
+
+	x.BeginList()
+	_, _, known = x.Get(ctx, ns, "uid-a", "6", 0)
+	assert.False(t, known, "nothing is known during a relist")
+}

@@ -2,12 +2,14 @@ package policy
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,3 +358,47 @@ func itemOf(t *testing.T, list []byte) string {
 	require.True(t, item.Exists())
 	return item.Raw
 }
+
+// TestOpaqueBoundCountsEveryPodAsOlder ensures a bound LIST whose revision
+// is not a decimal number is compared with nothing: every pod the sweep
+// shows counts as created before the round, a replacement included (a
+// restart too many, never a pod left behind), and it is said once.
+func TestOpaqueBoundCountsEveryPodAsOlder(t *testing.T) {
+	pods := owned("webapp", 1)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, api.replacement)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") && strings.Join(r.query["limit"], "") == "1" {
+			return http.StatusOK, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"opaque-7"},"items":[]}`, true
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Strategy: StrategyEvict}, x))
+	var said atomic.Int32
+	c.log = slog.New(countingHandler{&said, "pod resourceVersions are not decimal numbers"})
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"webapp-1", "webapp-1r"}, api.evictedPods(), "the replacement counted as older")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v1})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	assert.Equal(t, int32(1), said.Load(), "said once")
+}
+
+// countingHandler counts the log records whose message starts with prefix.
+type countingHandler struct {
+	n      *atomic.Int32
+	prefix string
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
