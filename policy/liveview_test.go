@@ -402,3 +402,27 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestEstimateCountsNoReplacementTwice ensures a round whose owner's scale
+// cannot be read does not count a ReplicaSet's replacement and the pod it
+// replaces (terminating through its grace period) as two expected pods,
+// which would take the budget's last pod for ever: the next Ready pod goes
+// once the replacement is Ready.
+func TestEstimateCountsNoReplacementTwice(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRR")...)
+	api.graceful = true // the old pod stays, terminating, beside its replacement
+	api.replaceNotReady()
+	api.readyOnceListed()
+	listed := api.fault
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") {
+			return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"cannot get resource \"replicasets/scale\""}`, true
+		}
+		return listed(r)
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
+}
