@@ -27,17 +27,42 @@ func runningPod(t testing.TB) []byte {
 
 // TestParseRecordedRunningPod ensures the parser reads of a real Running
 // pod what rounds decide on: identity, labels, its controller, Ready and
-// since when; the index, fed the same pod as an ADDED event, shows the same
-// Record.
+// since when (what encoding/json reads of the recording); the index, fed
+// the same pod as an ADDED event, shows the same Record.
 func TestParseRecordedRunningPod(t *testing.T) {
 	raw := runningPod(t)
-	want := podindex.Record{
-		Name: "running-77d977dfb5-48nl4", UID: "f1511dfc-ef91-4b08-b718-4f1da6c6c937", ResourceVersion: "246",
-		Labels: map[string]string{"app": "running", "pod-template-hash": "77d977dfb5"},
-		Owner:  podindex.Owner{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "running-77d977dfb5", UID: "3987fc65-f126-4e93-ad3d-19c9c5cc2648"},
-		Ready:  true,
-		Since:  time.Date(2026, time.December, 5, 7, 8, 26, 0, time.UTC), // the Ready condition's lastTransitionTime
+	var wire struct {
+		Metadata struct {
+			Name, UID, ResourceVersion string
+			Labels                     map[string]string
+			OwnerReferences            []struct {
+				APIVersion, Kind, Name, UID string
+				Controller                  bool
+			}
+		}
+		Status struct {
+			Phase      string
+			Conditions []struct{ Type, Status, LastTransitionTime string }
+		}
 	}
+	require.NoError(t, json.Unmarshal(raw, &wire))
+	m := wire.Metadata
+	require.Equal(t, "Running", wire.Status.Phase)
+	require.Len(t, m.OwnerReferences, 1)
+	require.True(t, m.OwnerReferences[0].Controller)
+	o := m.OwnerReferences[0]
+	want := podindex.Record{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
+		Owner: podindex.Owner{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID}}
+	for _, c := range wire.Status.Conditions {
+		if c.Type == "Ready" {
+			since, err := time.Parse(time.RFC3339, c.LastTransitionTime)
+			require.NoError(t, err)
+			want.Ready, want.Since = c.Status == "True", since
+		}
+	}
+	require.True(t, want.Ready, "the recording is of a Ready pod")
+	assert.Equal(t, "ReplicaSet", want.Owner.Kind)
+
 	got, ok := podindex.Parse(raw)
 	require.True(t, ok)
 	assert.Equal(t, want, got)

@@ -144,16 +144,15 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 	if x = c.indexFor(namespace); x != nil {
 		if recs, lists, ok := x.View(namespace); ok {
 			view = make([]livePod, len(recs))
-			opaque, shown := false, map[string]bool{}
+			opaque := false
 			for i, rec := range recs {
 				view[i] = fromRecord(rec)
 				opaque = opaque || view[i].version == 0
-				shown[rec.UID] = true
 			}
 			switch {
 			case opaque:
 				c.sayOpaque(namespace)
-			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, shown):
+			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, view):
 				return view, x, lists, nil
 			}
 		}
@@ -162,9 +161,13 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 	return view, nil, 0, err
 }
 
-// showsPending: every pending pod of r is in the view (shown, by uid). A
-// round whose sweep found pods the index did not show lists until it does.
-func showsPending(r *round, shown map[string]bool) bool {
+// showsPending: every pending pod of r is in view. A round whose sweep
+// found pods the index did not show lists until it does.
+func showsPending(r *round, view []livePod) bool {
+	shown := make(map[string]bool, len(view))
+	for i := range view {
+		shown[view[i].uid] = true
+	}
 	for i, p := range r.pods {
 		if r.state[i] == podPending && !shown[p.uid] {
 			return false
