@@ -57,6 +57,13 @@ type PodIndexes interface {
 // for its watch to reconnect through a few failed tries.
 const defaultSweepWait = 10 * time.Second
 
+// catchUpWait bounds the wait for the index to reach a round's bound. A
+// bound from a DELETE's answer is reached within milliseconds (the index
+// sees that deletion's event); one from a LIST, in a quiet namespace, only
+// at the next bookmark, minutes later: a worker is not held for it, and one
+// sweep LIST decides instead.
+const catchUpWait = 500 * time.Millisecond
+
 // indexed is the state of a round that began from the index: what bounds
 // its membership. The worker of the round owns it, but for mu's fields
 // (restart goroutines) and the bound's (its LIST's goroutine, until done
@@ -305,7 +312,7 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 	}
 	var seen []livePod
 	caught := false
-	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, time.Until(deadline)) {
+	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, min(time.Until(deadline), catchUpWait)) {
 		if recs, lists, ok := x.index.View(obj.namespace); ok && lists == x.lists {
 			caught = true
 			for _, rec := range recs {
