@@ -153,16 +153,17 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		leading.Set(1)
 	}
 	var pods *podindex.Namespaces
-	if cfg.PodIndex && cfg.RestartStrategy == policy.StrategyDelete {
+	if cfg.PodIndex {
 		// An index is offered only while its watch stream is open (Watching,
 		// not Ready with its grace: a frozen index must not decide), and is
-		// not part of readiness: without one a round lists pods first.
+		// not part of readiness: without one a round lists pods. It watches
+		// whole pods: rounds decide from their owners and readiness.
 		podMetrics := watch.NewMetricsFor(reg, "pod_index")
 		indexed := reg.NewGauge("config_watcher_pod_index_namespaces", "Namespaces whose pods are indexed (those holding an annotated ConfigMap or Secret, and, for 30 s, those that lost their last one).")
 		podLog := log.With("watch", "pods")
 		pods = podindex.NewNamespaces(podindex.NamespacesConfig{
 			Watch: func(ns string, h watch.Handler) *watch.ListWatcher {
-				return watch.New(watch.Config{Path: apiclient.CorePath(ns, "pods", ""), MetadataOnly: true}, client, h, podLog.With("namespace", ns), podMetrics)
+				return watch.New(watch.Config{Path: apiclient.CorePath(ns, "pods", ""), Kind: "Pod"}, client, h, podLog.With("namespace", ns), podMetrics)
 			},
 			Indexed: func(n int) { indexed.Set(float64(n)) },
 		}, log)

@@ -21,6 +21,8 @@ type Namespaces struct {
 	ctx     context.Context // Run's; nil before Run, done once Run stops
 	wg      sync.WaitGroup
 	covered map[string]*covered
+	// onChange is given to every index (OnChange).
+	onChange func(namespace string, labels map[string]string)
 }
 
 // Timer is what AfterFunc returns (a *time.Timer).
@@ -94,6 +96,7 @@ func (n *Namespaces) Annotated(namespace string, annotated bool) {
 	switch {
 	case annotated && c == nil:
 		c = &covered{Index: New(n.log), ns: n, name: namespace}
+		c.Index.OnChange(n.onChange)
 		c.w = n.cfg.Watch(namespace, c)
 		n.covered[namespace] = c
 		n.log.Info("pod index: indexing namespace", "namespace", namespace)
@@ -170,4 +173,15 @@ func (n *Namespaces) Cover(namespace string) *Index {
 		return nil
 	}
 	return c.Index
+}
+
+// OnChange has f told of the pod changes of every index (Index.OnChange),
+// those started already and those started later.
+func (n *Namespaces) OnChange(f func(namespace string, labels map[string]string)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.onChange = f
+	for _, c := range n.covered {
+		c.Index.OnChange(f)
+	}
 }

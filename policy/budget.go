@@ -14,8 +14,11 @@ import (
 //   - expected: for each controller owner of a selected pod, its desired
 //     replicas (owners.go), or its running pods if more, less its live pods
 //     the selector does not pick; where they cannot be read, the most live
-//     pods of that owner seen since the round began, terminating ones
-//     included;
+//     pods of that owner seen since the round began: terminating ones
+//     included in the first view of it (a StatefulSet replaces a pod only
+//     once it is gone), not in later ones (a ReplicaSet's replacement and
+//     the pod it replaces are both live for a while: a live view, or a
+//     LIST while the old pod's grace period runs, shows both);
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -135,7 +138,12 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	expected := 0
 	for uid, o := range byOwner {
-		r.mostSeen[uid] = max(r.mostSeen[uid], o.counted)
+		seen, before := r.mostSeen[uid]
+		if before {
+			r.mostSeen[uid] = max(seen, o.running)
+		} else {
+			r.mostSeen[uid] = o.counted
+		}
 		if o.selected == 0 {
 			continue // an owner none of whose pods the round selects
 		}

@@ -66,8 +66,8 @@ type Config struct {
 	// may have lapsed must not act.
 	MayAct func() bool
 	// Pods, if set, is the live pod index of the namespaces that hold
-	// annotated objects: a round then restarts the pods it selects at once
-	// and sweeps with a LIST afterwards (sweep.go).
+	// annotated objects: rounds there decide from it, woken by its pods'
+	// changes, and bound their membership by it (sweep.go).
 	Pods PodIndexes
 }
 
@@ -133,6 +133,7 @@ type Controller struct {
 	synced     chan struct{}
 	syncedOnce sync.Once
 	released   atomic.Bool // see releaseAfterSync
+	opaqueSaid atomic.Bool // see sayOpaque
 }
 
 // New returns a controller; Handle feeds it, Run acts.
@@ -177,6 +178,9 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		synced:       make(chan struct{}),
 	}
 	c.all = [2]*scope{{c: c, kind: kindConfigMap}, {c: c, kind: kindSecret}}
+	if cfg.Pods != nil {
+		cfg.Pods.OnChange(c.podChanged)
+	}
 	return c
 }
 

@@ -11,7 +11,10 @@
 // Observing (observe.go, state.go, object.go, annotations.go): the watches'
 // handlers keep one entry per annotated object, the view of it and of its
 // R and I, tombstones, and the state of Secrets; they never call the API,
-// and queue the keys that may need action. Acting (workers.go, queue.go,
+// and queue the keys that may need action. The pod index (podindex) is an
+// observer too: it keeps the live view of the pods every wave decides
+// from, and tells podChanged (waves.go) of readiness changes, which queues
+// the keys of the rounds that select the pod. Acting (workers.go, queue.go,
 // round.go, waves.go, budget.go, owners.go, restart.go, sweep.go, pods.go,
 // errors.go): workers take keys, read the entry under the lock, and write
 // to the API. secret.go holds both sides for Secrets.
@@ -34,13 +37,23 @@
 //	                                        once every worker has returned
 //	round.key, hash, selector, sel          set once: anyone, under c.mu
 //	round.pods, resumed, sent, progress,    the worker of the key alone
-//	halted, haltFound, indexed
+//	halted, haltFound, next, indexed
+//	(its index, lists, swept, listOnly,
+//	bound)
+//	indexed.answered, deleted               its mu: restart goroutines note
+//	                                        their deletions
+//	boundList.rv, err                       its LIST's goroutine, until done
+//	                                        is closed; then the worker
 //	round.state[i]                          the goroutine restarting pods[i],
 //	                                        joined before the worker reads it
 //	round.listed, mostSeen, estimate,       the namespace budget's lock: other
 //	allowed; namespaceBudget.inFlight       rounds' waves count this one's budget
 //	round.blocked, firstRestart             atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock
+//	the pods (podindex.Index)               its own lock; the watch writes,
+//	                                        rounds read copies (View); its
+//	                                        OnChange runs outside it, and
+//	                                        takes c.mu, then the queue's
 //	queue                                   its own lock (after c.mu)
 //
 // # Where each state resolves
@@ -62,9 +75,15 @@
 //	                            nothing yet
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
+//	a round's pods              take (waves.go) from its first view; from the
+//	                            index, completed once it has caught up to the
+//	                            bound, or by one sweep LIST (complete, sweep.go)
 //	a round waiting for Ready   wave (waves.go) and choose: the budget
-//	                            (budget.go) on a fresh LIST of the namespace;
-//	                            halted after ProgressDeadline it is marked so on
-//	                            the object (writeHalt), keeps I and goes on,
-//	                            frozen while its replacements are not available
+//	                            (budget.go) on the index's view (a LIST where
+//	                            none watches), decided under the namespace's
+//	                            lock, no request sent under it; woken by
+//	                            podChanged and nextLook; halted after
+//	                            ProgressDeadline it is marked so on the object
+//	                            (writeHalt), keeps I and goes on, frozen while
+//	                            its replacements are not available
 package policy

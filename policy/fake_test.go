@@ -182,7 +182,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case resource == "pods" && r.Method == http.MethodGet && name == "":
 		f.listPods(w, req)
 	case resource == "pods" && r.Method == http.MethodDelete:
-		f.deletePod(w, name, body)
+		f.deletePod(w, name, body, false)
 	case resource == "pods" && r.Method == http.MethodPost && len(parts) == 7 && parts[6] == "eviction":
 		var ev struct {
 			Kind          string          `json:"kind"`
@@ -192,7 +192,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			writeStatus(w, 400, "BadRequest", "body is not an Eviction")
 			return
 		}
-		f.deletePod(w, name, ev.DeleteOptions)
+		f.deletePod(w, name, ev.DeleteOptions, true)
 	case resource == "configmaps" && r.Method == http.MethodPatch:
 		if ct := r.Header.Get("Content-Type"); ct != "application/merge-patch+json" {
 			writeStatus(w, 415, "UnsupportedMediaType", ct)
@@ -297,7 +297,10 @@ func (p *fakePod) object() map[string]any {
 		"status": status}
 }
 
-func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
+// deletePod deletes (or, evict, evicts) a pod: a DELETE answers the pod at
+// the revision of its deletion, an eviction a Status, as kube-apiserver
+// does.
+func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte, evict bool) {
 	var opts struct {
 		Kind          string `json:"kind"`
 		Preconditions struct {
@@ -335,6 +338,11 @@ func (f *fakeAPI) deletePod(w http.ResponseWriter, name string, body []byte) {
 			if f.afterDelete != nil {
 				f.afterDelete(*p)
 			}
+		}
+		if evict {
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}`)
+			return
 		}
 		fmt.Fprintf(w, `{"kind":"Pod","metadata":{"name":%q,"resourceVersion":"%d"}}`, name, rv)
 	}

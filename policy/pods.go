@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -142,91 +140,27 @@ func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values
 }
 
 // readPod reads one pod of a list; false if it has no name or uid. What it
-// returns does not hold raw.
+// returns does not hold raw. The index reads its watch's pods with the same
+// parser (podindex.Parse).
 func readPod(raw []byte) (livePod, bool) {
-	item := gjson.ParseBytes(raw)
-	meta, status := item.Get("metadata"), item.Get("status")
-	p := livePod{podRef: podRef{name: strings.Clone(meta.Get("name").String()), uid: strings.Clone(meta.Get("uid").String()), rv: strings.Clone(meta.Get("resourceVersion").String())},
-		terminating: meta.Get("deletionTimestamp").Exists(),
-	}
-	if p.name == "" || p.uid == "" {
+	r, ok := podindex.Parse(raw)
+	if !ok {
 		return livePod{}, false
 	}
-	p.version, _ = strconv.ParseUint(p.rv, 10, 64)
-	if o := meta.Get(`ownerReferences.#(controller==true)`); o.Exists() {
-		p.owner = ownerRef{apiVersion: strings.Clone(o.Get("apiVersion").String()), kind: strings.Clone(o.Get("kind").String()),
-			name: strings.Clone(o.Get("name").String()), uid: strings.Clone(o.Get("uid").String())}
-	}
-	switch status.Get("phase").String() {
-	case "Failed", "Succeeded":
-		p.finished = true
-	}
-	ready := status.Get(`conditions.#(type=="Ready")`)
-	p.ready = ready.Get("status").String() == "True"
-	since := meta.Get("creationTimestamp")
-	if ready.Exists() {
-		since = ready.Get("lastTransitionTime")
-	}
-	p.since, _ = time.Parse(time.RFC3339, since.String())
-	if !p.ready {
-		p.broken, p.why = brokenState(status)
-		p.broken, p.why = strings.Clone(p.broken), strings.Clone(p.why)
-	}
-	p.labels = map[string]string{}
-	meta.Get("labels").ForEach(func(k, v gjson.Result) bool {
-		p.labels[strings.Clone(k.String())] = strings.Clone(v.String())
-		return true
-	})
-	return p, true
+	return fromRecord(r), true
 }
 
-// brokenReasons are the container waiting reasons of a pod that will not
-// serve by itself.
-var brokenReasons = map[string]bool{
-	"CrashLoopBackOff": true, "ImagePullBackOff": true, "ErrImagePull": true, "CreateContainerConfigError": true,
-}
-
-// brokenState says, from a pod's status, whether it is broken (see
-// livePod.broken) and why it is not Ready: a container's waiting or
-// terminated reason ("CrashLoopBackOff in container app"), else why it is
-// not scheduled, else its phase.
-func brokenState(status gjson.Result) (broken, why string) {
-	for _, list := range []string{"initContainerStatuses", "containerStatuses"} {
-		status.Get(list).ForEach(func(_, cs gjson.Result) bool {
-			if cs.Get("ready").Bool() {
-				return true
-			}
-			name := truncate(cs.Get("name").String(), 63)
-			waiting := cs.Get("state.waiting.reason").String()
-			for _, reason := range []string{waiting, cs.Get("state.terminated.reason").String(), cs.Get("lastState.terminated.reason").String()} {
-				if reason != "" {
-					why = truncate(reason, 128) + " in container " + name
-					break
-				}
-			}
-			if why == "" {
-				why = "container " + name + " not ready"
-			}
-			if brokenReasons[waiting] {
-				broken = why
-			}
-			return false
-		})
-		if why != "" {
-			return broken, why
-		}
+// fromRecord is a pod as a LIST or the index shows it, as rounds decide on
+// it.
+func fromRecord(r podindex.Record) livePod {
+	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion}, labels: r.Labels,
+		owner:       ownerRef{apiVersion: r.Owner.APIVersion, kind: r.Owner.Kind, name: r.Owner.Name, uid: r.Owner.UID},
+		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason}
+	p.version, _ = strconv.ParseUint(r.ResourceVersion, 10, 64)
+	if r.Broken {
+		p.broken = r.Reason
 	}
-	if scheduled := status.Get(`conditions.#(type=="PodScheduled")`); scheduled.Get("status").String() == "False" {
-		why = "not scheduled: " + truncate(scheduled.Get("reason").String(), 128)
-		if scheduled.Get("reason").String() == "Unschedulable" {
-			broken = why
-		}
-		return broken, why
-	}
-	if phase := status.Get("phase").String(); phase != "" {
-		return "", "phase " + truncate(phase, 32)
-	}
-	return "", "no Ready condition"
+	return p
 }
 
 // reread returns the pod of pod's name as it is now, through a LIST with a

@@ -117,6 +117,8 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 				c.metrics.ChangeToFirstRestart.Observe(time.Since(r.seen).Seconds())
 			}
 			if r.indexed != nil {
+				// A DELETE answers the pod at the revision of its deletion or
+				// later; an eviction answers a Status: 0.
 				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}
 			return podRestarted, nil
@@ -152,6 +154,11 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			return podPending, c.refused(obj, verb, resource, "verb "+permission, err)
 		default:
 			maybeDeleted = true // the request may have been carried out
+			if r.indexed != nil {
+				// If it was, the index shows when: the round's first
+				// deletion may be this one (sweep.go).
+				r.indexed.noteDeleted(pod.uid, 0)
+			}
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
 			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
@@ -172,7 +179,7 @@ func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (
 // pod.rv refreshed, if the restart is to be tried again; else st is the
 // pod's state.
 func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round, pod *podRef, log *slog.Logger) (st podState, again bool, err error) {
-	now, found, err := c.reread(ctx, namespace, pod.name)
+	now, found, err := c.podNow(ctx, namespace, *pod)
 	switch {
 	case err != nil:
 		return podPending, false, fmt.Errorf("re-read pod %s/%s: %w", namespace, pod.name, err)
@@ -191,7 +198,7 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil
-	case r.indexed == nil && needsBudget(&now, c.cfg.MinReadySeconds, time.Now()):
+	case (r.indexed == nil || !c.cfg.MaxUnavailable.all()) && needsBudget(&now, c.cfg.MinReadySeconds, time.Now()):
 		log.Info("pod changed and may serve again; the next wave counts it again", "outcome", "conflict")
 		return podPending, false, nil
 	}

@@ -40,11 +40,12 @@ type round struct {
 	hash     digest
 	selector string
 	sel      *selector.Selector
-	resumed  bool       // it resumed an intent: earlier rounds restarted some of its pods
-	sent     bool       // a restart was sent
-	pods     []podRef   // pods[i].rv is refreshed by its wave and its restart
-	state    []podState // state[i] is pods[i]'s, written by its restart's goroutine
-	indexed  *indexed   // set when the round began from the pod index
+	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
+	sent     bool          // a restart was sent
+	pods     []podRef      // pods[i].rv is refreshed by its wave and its restart
+	state    []podState    // state[i] is pods[i]'s, written by its restart's goroutine
+	indexed  *indexed      // set when the round took its pods from the pod index (sweep.go)
+	next     time.Duration // when a waiting round looks again (nextLook)
 
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
@@ -213,10 +214,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		err = c.runRound(ctx, key, obj, r, log)
 	}
 	if errors.Is(err, errWaiting) {
-		if r.halted {
-			return resultWaiting, haltedPolls * c.wavePoll, nil
-		}
-		return resultWaiting, c.wavePoll, nil
+		return resultWaiting, r.next, nil
 	}
 	if err == nil {
 		err = c.record(ctx, key, obj, r)
@@ -243,22 +241,20 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	return resultRestarted, 0, nil
 }
 
-// runRound takes the round one wave further, or, begun from the index,
-// restarts its pods at once and sweeps; an intent the object no longer
-// shows is written again and the round goes on.
+// runRound takes the round one wave further; an intent the object no
+// longer shows is written again and the round goes on, and pods its
+// membership gained are restarted by another wave at once.
 func (c *Controller) runRound(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	for rewrites := 0; ; rewrites++ {
-		if rewrites > maxRewrites {
-			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
-		}
-		var err error
-		if r.indexed == nil {
-			err = c.wave(ctx, key, obj, r, log)
-		} else {
-			err = c.restartIndexed(ctx, key, obj, r, log)
-		}
-		if !errors.Is(err, errIntentLost) {
+	for rewrites := 0; ; {
+		err := c.wave(ctx, key, obj, r, log)
+		switch {
+		case errors.Is(err, errMembersAdded):
+			continue // once: the membership is complete now
+		case !errors.Is(err, errIntentLost):
 			return err
+		}
+		if rewrites++; rewrites > maxRewrites {
+			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
 		}
 		log.Info("the round's intent is not on the object (removed, or the object replaced); writing it again")
 	}
@@ -276,13 +272,12 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 	return e != nil && e.needsIntent(r, c.recordsOnServer())
 }
 
-// beginRound begins a round. With MAX_UNAVAILABLE=100%, a new round takes
-// the pods the pod index selects, if it can answer now (sweep.go); any other
-// takes them from its first wave's list (waves.go): for a resumed round,
-// those its intent names (the others were created after it began, with this
-// data), halted from the start if the object shows the intent halted. The
-// round is kept from here on, so that a retry does not take pods created
-// since: they run the new data.
+// beginRound begins a round. It takes its pods from its first wave's view
+// (waves.go: the pod index's where one watches, sweep.go): for a resumed
+// round, those its intent names (the others were created after it began,
+// with this data), halted from the start if the object shows the intent
+// halted. The round is kept from here on, so that a retry does not take
+// pods created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, log *slog.Logger) (*round, error) {
 	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
 	if resume != nil {
@@ -290,12 +285,6 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		if halt.hash == resume.hash && !halt.at.IsZero() {
 			r.haltFound = halt.at
 		}
-	} else if c.cfg.MaxUnavailable.all() {
-		r.pods, r.indexed = c.fromIndex(obj.namespace, sel)
-	}
-	if r.indexed != nil {
-		r.state = make([]podState, len(r.pods))
-		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "from_index", true)
 	}
 
 	if err := c.current(ctx, key, obj, nil); err != nil {

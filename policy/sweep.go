@@ -5,24 +5,36 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/selector"
+	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// A round that begins from the pod index deletes what the index selects at
-// once, with uid and resourceVersion preconditions, then sweeps: a LIST
-// shows every selected pod, and each one the round did not restart is
-// restarted too if its deletion was refused (it changed, but is still
-// selected) or it was created before the round's first deletion (the index
-// had not seen it yet); a replacement created after it is left alone. Where
-// that cannot be told within sweepWait, the pod is restarted: a restart too
-// many is recoverable, old configuration is not. docs/design.md, "The pod
-// index", has the reasoning.
+// Every wave decides from the pod index where one watches the namespace,
+// in memory, and from a LIST of the namespace's pods only where none does
+// (POD_INDEX=false, or while its watch is down). A round that began from
+// the index takes the pods it shows then; the index may not have seen a
+// pod created a few milliseconds before. So the round's membership is
+// bound: once the index has caught up to a pod revision taken after the
+// round began (its first DELETE's answer, or a consistent LIST with
+// limit=1 where no answer carries one: evictions, a dry run, a round that
+// has deleted nothing yet), the pods it shows selected that the round did
+// not take are its own too, unless the index saw them created after the
+// bound or the round's first deletion (replacements). Where the index does
+// not catch up within sweepWait (bookmarks are rare in a quiet namespace),
+// one sweep LIST of the selected pods decides instead, and the round's
+// later waves list while the index does not show the pods it found. The
+// record waits for one of the two. Where the
+// creation cannot be told, the pod is restarted: a restart too many is
+// recoverable, old configuration is not. docs/design.md, "The pod index",
+// has the reasoning.
 
 // PodIndexes is the pod index as the controller uses it
 // (podindex.Namespaces): told which namespaces hold annotated objects, it
@@ -34,33 +46,66 @@ type PodIndexes interface {
 	Annotated(namespace string, annotated bool)
 	// Cover returns the index of namespace if it can answer now, else nil.
 	Cover(namespace string) *podindex.Index
+	// OnChange has f told of pods whose readiness (or anything else a
+	// waiting round decides on) changed, by namespace and labels (nil:
+	// any pod of the namespace).
+	OnChange(f func(namespace string, labels map[string]string))
 }
 
-// defaultSweepWait bounds how long the sweep waits for the index to show a
-// pod: long enough for its watch to reconnect through a few failed tries.
+// defaultSweepWait bounds how long a round waits for the index to catch
+// up to its bound (or to show a pod) before it lists instead: long enough
+// for its watch to reconnect through a few failed tries.
 const defaultSweepWait = 10 * time.Second
 
-// indexed is the state of a round that began from the index.
+// catchUpWait bounds the wait for the index to reach a round's bound. A
+// bound from a DELETE's answer is reached within milliseconds (the index
+// sees that deletion's event); one from a LIST, in a quiet namespace, only
+// at the next bookmark, minutes later: a worker is not held for it, and one
+// sweep LIST decides instead.
+const catchUpWait = 500 * time.Millisecond
+
+// indexed is the state of a round that began from the index: what bounds
+// its membership. The worker of the round owns it, but for mu's fields
+// (restart goroutines) and the bound's (its LIST's goroutine, until done
+// is closed).
 type indexed struct {
 	index *podindex.Index
 	lists uint64 // the index's lists when the round began
-	swept bool
+	// swept: the membership is complete. listOnly: the index could not
+	// catch up in time, and the round's later waves list while it does not
+	// show every pending pod.
+	swept, listOnly bool
+	bound           *boundList // the limit=1 LIST, once sent
 
 	mu       sync.Mutex
 	answered uint64   // the lowest resourceVersion the round's DELETEs answered
-	deleted  []string // their pods
+	deleted  []string // the pods it deleted or evicted
 }
 
-// noteDeleted notes a DELETE and the resourceVersion it answered (0: none,
-// the pod was gone already).
+// boundList is a consistent pod LIST of one item: its revision is the
+// bound. rv and err are set before done is closed.
+type boundList struct {
+	done chan struct{}
+	rv   string
+	err  error
+}
+
+// noteDeleted notes a DELETE or an eviction accepted, and the
+// resourceVersion it answered (0: none, an eviction).
 func (x *indexed) noteDeleted(uid string, rv uint64) {
-	if rv == 0 {
-		return
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.deleted = append(x.deleted, uid)
-	x.answered = min(x.answered, rv)
+	if rv != 0 {
+		x.answered = min(x.answered, rv)
+	}
+}
+
+// hasAnswer: a DELETE of the round answered a revision.
+func (x *indexed) hasAnswer() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.answered != math.MaxUint64
 }
 
 // firstDeletion returns the revision at which the round's first deletion
@@ -79,120 +124,239 @@ func (x *indexed) firstDeletion(ctx context.Context, namespace string, deadline 
 	return first
 }
 
-// fromIndex takes a new round's pods from the pod index, if one can answer
-// now; nil when the round must list first: for evictions (only deletions
-// answer the revision the sweep needs), and where resourceVersions are not
-// numbers (the sweep could not compare them).
-func (c *Controller) fromIndex(namespace string, sel *selector.Selector) ([]podRef, *indexed) {
-	if c.cfg.Pods == nil || c.cfg.Strategy != StrategyDelete {
-		return nil, nil
+// startedBefore reports whether p was created before first, erring on
+// "yes" when that cannot be known.
+func (x *indexed) startedBefore(ctx context.Context, namespace string, p podRef, first uint64, deadline time.Time) bool {
+	if p.version < first {
+		return true // its latest revision is older still (or not a number)
 	}
-	if own := c.cfg.OwnPod; own.OwnerUID != "" && own.Namespace == namespace {
-		// The index keeps no owners (memory): in the controller's own
-		// namespace a round lists first, so its siblings are known.
-		return nil, nil
-	}
-	idx := c.cfg.Pods.Cover(namespace)
-	if idx == nil {
-		return nil, nil
-	}
-	selected, lists, ok := idx.Select(namespace, sel.Matches)
-	if !ok {
-		return nil, nil
-	}
-	pods := make([]podRef, 0, len(selected))
-	for _, p := range selected {
-		if _, err := strconv.ParseUint(p.ResourceVersion, 10, 64); err != nil {
-			return nil, nil
-		}
-		if !c.cfg.OwnPod.Spares(namespace, p.Name, p.UID, "") {
-			version, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
-			pods = append(pods, podRef{name: p.Name, uid: p.UID, rv: p.ResourceVersion, version: version})
-		}
-	}
-	return pods, &indexed{index: idx, lists: lists, answered: math.MaxUint64}
+	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
+	return !known || lists != x.lists || created < first
 }
 
-// restartIndexed restarts the pods a round took from the index at once,
-// then sweeps.
-func (c *Controller) restartIndexed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	if c.needsIntent(key, r) {
-		// I before the first restart: a round cut short leaves it behind.
-		if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
-			return err
-		}
-	}
-	var pending []int
-	for i, st := range r.state {
-		if st == podPending {
-			pending = append(pending, i)
-		}
-	}
-	if err := c.restartAll(ctx, key, obj, r, pending, log); err != nil {
-		return err
-	}
-	if r.indexed.swept {
+// indexFor returns the index of namespace if one can answer now.
+func (c *Controller) indexFor(namespace string) *podindex.Index {
+	if c.cfg.Pods == nil {
 		return nil
 	}
-	return c.finishSweep(ctx, key, obj, r, log)
+	return c.cfg.Pods.Cover(namespace)
 }
 
-// finishSweep lists the selected pods and restarts those the round must
-// restart too, naming them in the intent first.
-func (c *Controller) finishSweep(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	listed, err := c.listWhole(ctx, obj.namespace, r.sel)
-	if err != nil {
-		return fmt.Errorf("sweep: list pods: %w", err)
+// viewOf returns every pod of namespace: from the index (x, after lists
+// of it) where one watches and the round has not fallen back to lists,
+// else from a LIST (x nil). A view whose pods' resourceVersions are not
+// numbers is not the index's: preconditions and bounds could not be
+// compared.
+func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, lists uint64, err error) {
+	if x = c.indexFor(namespace); x != nil {
+		if recs, lists, ok := x.View(namespace); ok {
+			view = make([]livePod, len(recs))
+			opaque := false
+			for i, rec := range recs {
+				view[i] = fromRecord(rec)
+				opaque = opaque || view[i].version == 0
+			}
+			switch {
+			case opaque:
+				c.sayOpaque(namespace)
+			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, view):
+				return view, x, lists, nil
+			}
+		}
 	}
+	view, err = c.listNamespace(ctx, namespace)
+	return view, nil, 0, err
+}
+
+// showsPending: every pending pod of r is in view. A round whose sweep
+// found pods the index did not show lists until it does.
+func showsPending(r *round, view []livePod) bool {
+	shown := make(map[string]bool, len(view))
+	for i := range view {
+		shown[view[i].uid] = true
+	}
+	for i, p := range r.pods {
+		if r.state[i] == podPending && !shown[p.uid] {
+			return false
+		}
+	}
+	return true
+}
+
+// sayOpaque logs, once per process, that pod resourceVersions are not
+// decimal numbers: rounds then list, and count every pod as older than
+// the round.
+func (c *Controller) sayOpaque(namespace string) {
+	if c.opaqueSaid.CompareAndSwap(false, true) {
+		c.log.Warn("pod resourceVersions are not decimal numbers: rounds list pods, and count every pod as created before them", "namespace", namespace)
+	}
+}
+
+// selectedNow returns the pods sel selects now, but the controller's own
+// and its siblings (OwnPod): from the index where one watches, else a
+// LIST.
+func (c *Controller) selectedNow(ctx context.Context, namespace string, sel *selector.Selector) ([]livePod, error) {
+	if x := c.indexFor(namespace); x != nil {
+		if recs, _, ok := x.View(namespace); ok {
+			var pods []livePod
+			for _, rec := range recs {
+				if p := fromRecord(rec); sel.Matches(p.labels) && !c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
+					pods = append(pods, p)
+				}
+			}
+			return pods, nil
+		}
+	}
+	return c.listWhole(ctx, namespace, sel)
+}
+
+// podNow returns pod as it is now, once a view shows it at another
+// resourceVersion than the one a restart was refused for: the index where
+// one watches (and shows it in time), else a LIST by name. found is false
+// if it is gone.
+func (c *Controller) podNow(ctx context.Context, namespace string, pod podRef) (p livePod, found bool, err error) {
+	if x := c.indexFor(namespace); x != nil {
+		if rec, exists, known := x.Get(ctx, namespace, pod.uid, pod.rv, c.sweepWait); known {
+			if !exists {
+				return livePod{}, false, nil
+			}
+			return fromRecord(rec), true, nil
+		}
+	}
+	return c.reread(ctx, namespace, pod.name)
+}
+
+// startBound sends round r's bound LIST, once, without waiting for it:
+// no restart waits for a consistent LIST (it may take ~100 ms on a busy
+// server).
+func (c *Controller) startBound(ctx context.Context, namespace string, r *round) {
+	x := r.indexed
+	if x == nil || x.swept || x.bound != nil {
+		return
+	}
+	b := &boundList{done: make(chan struct{})}
+	x.bound = b
+	go func() {
+		defer close(b.done)
+		b.rv, b.err = c.listRevision(ctx, namespace)
+	}()
+}
+
+// listRevision returns the revision of a consistent LIST of one pod of
+// namespace (no resourceVersion: served once the server's cache is
+// current).
+func (c *Controller) listRevision(ctx context.Context, namespace string) (string, error) {
+	body, err := c.api.GetBody(ctx, apiclient.CorePath(namespace, "pods", ""), url.Values{"limit": {"1"}}, "application/json")
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	meta, err := watch.ReadPage(body, func([]byte) {})
+	if err != nil {
+		return "", fmt.Errorf("pod list of %s: %w", namespace, err)
+	}
+	return meta.ResourceVersion, nil
+}
+
+// boundOf returns round r's bound: the lowest of its DELETEs' answers and
+// its bound LIST's revision, sending that LIST if no answer carries one;
+// opaque if it is not a number.
+func (c *Controller) boundOf(ctx context.Context, namespace string, r *round) (rv uint64, opaque bool, err error) {
+	x := r.indexed
+	x.mu.Lock()
+	rv = x.answered
+	x.mu.Unlock()
+	if rv == math.MaxUint64 {
+		c.startBound(ctx, namespace, r)
+	}
+	if x.bound == nil {
+		return rv, false, nil
+	}
+	select {
+	case <-x.bound.done:
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	}
+	if err := x.bound.err; err != nil {
+		x.bound = nil // sent again at the next try
+		if rv != math.MaxUint64 {
+			return rv, false, nil
+		}
+		return 0, false, fmt.Errorf("membership bound: list pods: %w", err)
+	}
+	listed, err := strconv.ParseUint(x.bound.rv, 10, 64)
+	if err != nil {
+		c.sayOpaque(namespace)
+		return rv, rv == math.MaxUint64, nil
+	}
+	return min(rv, listed), false, nil
+}
+
+// complete completes the membership of round r, which began from the
+// index, once its pending pods are done with: the pods the index shows
+// once caught up to the bound, or a sweep LIST shows where it cannot catch
+// up in time, that were created before the round began, and that r did not
+// take, are named in the intent and added (added is true: the round goes
+// on). r's record waits for it.
+func (c *Controller) complete(ctx context.Context, key string, obj object, r *round, log *slog.Logger) (added bool, err error) {
+	x := r.indexed
+	if x == nil || x.swept {
+		return false, nil
+	}
+	// One deadline for the whole completion: with the index's watch down,
+	// every pod it lacks would otherwise cost the full wait in turn.
+	deadline := time.Now().Add(c.sweepWait)
+	bound, opaque, err := c.boundOf(ctx, obj.namespace, r)
+	if err != nil {
+		return false, err
+	}
+	var seen []livePod
+	caught := false
+	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, min(time.Until(deadline), catchUpWait)) {
+		if recs, lists, ok := x.index.View(obj.namespace); ok && lists == x.lists {
+			caught = true
+			for _, rec := range recs {
+				if p := fromRecord(rec); r.sel.Matches(p.labels) && !c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid) {
+					seen = append(seen, p)
+				}
+			}
+		}
+	}
+	if !caught {
+		if seen, err = c.listWhole(ctx, obj.namespace, r.sel); err != nil {
+			return false, fmt.Errorf("sweep: list pods: %w", err)
+		}
+		x.listOnly = true
+	}
+	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline))
 	state := make(map[string]podState, len(r.pods))
 	for i, p := range r.pods {
 		state[p.uid] = r.state[i]
 	}
-	// One deadline for the whole sweep: with the index's watch down, every
-	// pod it lacks would otherwise cost the full wait in turn.
-	deadline := time.Now().Add(c.sweepWait)
-	first := r.indexed.firstDeletion(ctx, obj.namespace, deadline)
 	var missed []podRef
-	for _, l := range listed {
+	for _, l := range seen {
 		p := l.podRef
 		st, taken := state[p.uid]
 		switch {
-		case l.terminating || st == podRestarted || st == podGone:
-		case taken: // refused: it changed, and is still selected
+		case l.terminating || !l.live() || st == podRestarted || st == podGone:
+		case r.only != nil && !r.only[p.uid]: // a resumed round's pods are those its intent names
+		case taken: // refused or left, and selected again
 			missed = append(missed, p)
-		case r.indexed.startedBefore(ctx, obj.namespace, p, first, deadline):
+		case opaque || x.startedBefore(ctx, obj.namespace, p, first, deadline):
 			missed = append(missed, p)
 		default:
 			log.Info("leaving pod created after the round began", "pod", p.name)
 		}
 	}
 	if len(missed) > 0 {
-		log.Info("restarting pods the index had not seen, or that changed since", "pods", len(missed))
+		log.Info("restarting pods the index had not seen when the round began, or that changed since", "pods", len(missed), "swept", !caught)
 		all := append(slices.Clone(r.pods), missed...)
 		if err := c.writeIntent(ctx, key, obj, r, all, log); err != nil {
-			return err
+			return false, err
 		}
-		first := len(r.pods)
 		r.pods = all
 		r.state = append(r.state, make([]podState, len(missed))...)
-		var added []int
-		for i := first; i < len(all); i++ {
-			added = append(added, i)
-		}
-		if err := c.restartAll(ctx, key, obj, r, added, log); err != nil {
-			return err
-		}
 	}
-	r.indexed.swept = true
-	return nil
-}
-
-// startedBefore reports whether p was created before the round's first
-// deletion, erring on "yes" when that cannot be known.
-func (x *indexed) startedBefore(ctx context.Context, namespace string, p podRef, first uint64, deadline time.Time) bool {
-	if p.version < first {
-		return true // its latest revision is older still
-	}
-	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
-	return !known || lists != x.lists || created < first
+	x.swept = true
+	return len(missed) > 0, nil
 }

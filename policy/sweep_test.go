@@ -19,14 +19,10 @@ import (
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// podEvent is a metadata-only pod as a watch carries it.
+// podEvent is a pod as the index's watch carries it: whole, as the fake
+// server shows it.
 func podEvent(t *testing.T, typ watch.EventType, p fakePod) watch.Event {
-	meta := map[string]any{"name": p.name, "namespace": "ns", "uid": p.uid, "labels": p.labels,
-		"resourceVersion": strconv.FormatUint(p.version, 10)}
-	if p.terminating {
-		meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
-	}
-	raw, err := json.Marshal(map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+	raw, err := json.Marshal(p.object())
 	require.NoError(t, err)
 	return watch.Event{Type: typ, Object: raw, ResourceVersion: strconv.FormatUint(p.version, 10)}
 }
@@ -55,6 +51,12 @@ func (o oneIndex) Annotated(namespace string, annotated bool) {
 }
 
 func (o oneIndex) Cover(string) *podindex.Index { return o.x }
+
+func (o oneIndex) OnChange(f func(namespace string, labels map[string]string)) {
+	if o.x != nil {
+		o.x.OnChange(f)
+	}
+}
 
 // withIndex sets cfg.Pods to x for every namespace.
 func withIndex(cfg Config, x *podindex.Index) Config {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,20 +14,24 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/podindex"
 )
 
-// A round that does not begin from the pod index restarts its pods in
-// waves, so that a change is never an outage. Each wave lists the
-// namespace's pods, whole (readiness and owners are in them), and restarts
-// what the budget allows (budget.go): a pod that serves nothing and will not
-// by itself (broken, or not Ready for brokenAfter) at once, those first, for
-// restarting it is how a fix reaches crash-looping pods; a Ready one while
-// every round that selects it keeps its budget. Then it gives its worker
-// back and looks again after wavePoll. A round that could restart nothing
-// for ProgressDeadline halts: it says so (RolloutHalted), keeps its intent,
-// and goes on looking; while its own replacements are not available, a
-// halted round is frozen: it restarts nothing, Ready or not, until they are
-// or a new change comes. docs/operations.md tells it for users.
+// A round restarts its pods in waves, so that a change is never an
+// outage. Each wave reads the namespace's pods (from the pod index where
+// one watches, else a LIST: sweep.go) and restarts what the budget allows
+// (budget.go): a pod that serves nothing and will not by itself (broken,
+// or not Ready for brokenAfter) at once, those first, for restarting it is
+// how a fix reaches crash-looping pods; a Ready one while every round that
+// selects it keeps its budget. Then it gives its worker back until a pod
+// it selects changes readiness (the index says so: podChanged), or a time
+// it decides on comes (nextLook), and looks again; without an index it
+// looks again after wavePoll. A round that could restart nothing for
+// ProgressDeadline halts: it says so (RolloutHalted), keeps its intent,
+// and goes on looking, at least every minute; while its own replacements
+// are not available, a halted round is frozen: it restarts nothing, Ready
+// or not, until they are or a new change comes. docs/operations.md tells
+// it for users.
 
 // Budget is MAX_UNAVAILABLE: a number of pods, or a percentage of the pods
 // a round's owners expect.
@@ -67,35 +72,49 @@ func (b Budget) of(n int) int {
 // all: every pod at once (100%), as the book's pattern restarts them.
 func (b Budget) all() bool { return b.Percent == 100 }
 
-// wavePoll is how long a waiting round gives its worker back before it
-// lists its pods again; a halted one waits haltedPolls times as long: it
-// may wait for hours, and each look is a LIST.
+// wavePoll is how long a waiting round without an index gives its worker
+// back before it lists its pods again; a halted one waits haltedPolls
+// times as long: it may wait for hours, and each look is a LIST. A round
+// that decides from the index is woken by its pods' changes instead, and
+// looks at least every lookEvery (nextLook).
 const (
 	wavePoll    = time.Second
 	haltedPolls = 10
+	lookEvery   = time.Minute
 )
 
 // errWaiting: the round restarted what its budget allows and waits for
-// replacements; it is queued again after wavePoll, holding no worker.
+// replacements; it is queued again after round.next, holding no worker.
 var errWaiting = errors.New("waiting for replacements to become Ready")
 
-// wave takes round r one wave further: it lists the namespace's pods, takes
-// the round's pods from that list if it has none yet, restarts what the
+// errMembersAdded: the round's membership was completed with pods it had
+// not taken; the next wave, at once, restarts them.
+var errMembersAdded = errors.New("pods added to the round")
+
+// wave takes round r one wave further: it reads the namespace's pods,
+// takes the round's pods from them if it has none yet, restarts what the
 // budget allows (the intent written first, beside the reads of the owners'
-// desired replicas), and returns errWaiting while pods are left.
+// desired replicas), and returns errWaiting while pods are left. Once none
+// is, a round that began from the index completes its membership
+// (complete) before it is recorded.
 func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
-	view, err := c.listNamespace(ctx, obj.namespace)
+	view, x, lists, err := c.viewOf(ctx, obj.namespace, r)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	b := c.budgetOf(obj.namespace)
-	c.take(b, obj, r, view, log)
+	c.take(b, obj, r, view, x, lists, log)
 	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
-		return nil
+		return c.completed(ctx, key, obj, r, log)
 	}
 	others := c.otherRounds(obj.namespace, r)
+	if r.indexed != nil && (c.cfg.Strategy == StrategyEvict || c.cfg.DryRun) {
+		// No answer will carry a revision: the bound is a LIST, sent
+		// beside the intent's write, never waited for by a restart.
+		c.startBound(ctx, obj.namespace, r)
+	}
 	var wg sync.WaitGroup
 	var intentErr error
 	if c.needsIntent(key, r) {
@@ -112,7 +131,8 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if !r.haltFound.IsZero() {
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
-	chosen := c.choose(b, r, others, view, pending, time.Now())
+	now := time.Now()
+	chosen := c.choose(b, r, others, view, pending, now)
 	c.sayEstimate(b, obj, r, log)
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, obj, r, chosen, log)
@@ -121,15 +141,49 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		return err
 	}
 	if r.count(podPending) > 0 {
+		if r.indexed != nil && !r.indexed.hasAnswer() {
+			// Nothing deleted yet: a bound taken now, not at the first
+			// DELETE of a later wave, leaves out the pods created meanwhile.
+			c.startBound(ctx, obj.namespace, r)
+		}
+		r.next = c.nextLook(b, r, x != nil, view, now)
 		return errWaiting
+	}
+	return c.completed(ctx, key, obj, r, log)
+}
+
+// completed completes round r's membership (complete): nil if it gained no
+// pod, else errMembersAdded, and the next wave restarts them; where every
+// pending pod goes at once (100 %, a dry run) they are restarted here,
+// with the preconditions of the view that found them.
+func (c *Controller) completed(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	before := len(r.pods)
+	added, err := c.complete(ctx, key, obj, r, log)
+	if err != nil || !added {
+		return err
+	}
+	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
+		return errMembersAdded
+	}
+	var which []int
+	for i := before; i < len(r.pods); i++ {
+		which = append(which, i)
+	}
+	if err := c.restartAll(ctx, key, obj, r, which, log); err != nil {
+		return err
+	}
+	if r.count(podPending) > 0 {
+		return errMembersAdded
 	}
 	return nil
 }
 
-// take makes the first wave's list the round's, once: its pods are the
+// take makes the first wave's view the round's, once: its pods are the
 // selected, live pods that are not terminating (for a resumed round, those
-// its intent names). Pods created after it run the new data.
-func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, log *slog.Logger) {
+// its intent names). Pods created after it run the new data. A view from
+// the index (x) may lack pods created just before: the round's membership
+// is completed later (complete).
+func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, x *podindex.Index, lists uint64, log *slog.Logger) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r.listed {
@@ -144,12 +198,84 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 			r.pods = append(r.pods, p.podRef)
 		}
 	}
+	if x != nil {
+		r.indexed = &indexed{index: x, lists: lists, answered: math.MaxUint64}
+	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
 	if r.resumed {
-		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String())
+		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	} else {
-		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String())
+		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
+	}
+}
+
+// nextLook returns when round r, waiting, looks again. Without an index
+// (each look a LIST), after wavePoll, or haltedPolls times that once
+// halted. With one, pods' changes wake it (podChanged); it looks by itself
+// only when a time it decides on comes: a selected pod available once
+// Ready for MinReadySeconds, a pending one restartable outside the budget
+// once not Ready for brokenAfter, a restart out of flight, the
+// ProgressDeadline; at least every lookEvery, and soon again while a
+// disruption budget refuses its evictions.
+func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view []livePod, now time.Time) time.Duration {
+	if !indexed {
+		if r.halted {
+			return haltedPolls * c.wavePoll
+		}
+		return c.wavePoll
+	}
+	at := now.Add(lookEvery)
+	soon := func(t time.Time) {
+		if t.After(now) && t.Before(at) {
+			at = t
+		}
+	}
+	pending := map[string]bool{}
+	for i, p := range r.pods {
+		if r.state[i] == podPending {
+			pending[p.uid] = true
+		}
+	}
+	for i := range view {
+		p := &view[i]
+		if p.terminating || !p.live() || !r.sel.Matches(p.labels) || p.since.IsZero() {
+			continue
+		}
+		if p.ready && c.cfg.MinReadySeconds > 0 {
+			soon(p.since.Add(c.cfg.MinReadySeconds))
+		}
+		if !p.ready && pending[p.uid] {
+			soon(p.since.Add(brokenAfter))
+		}
+	}
+	if !r.halted {
+		soon(r.progress.Add(c.cfg.ProgressDeadline))
+	}
+	b.mu.Lock()
+	for uid, chosen := range b.inFlight {
+		if pending[uid] {
+			soon(chosen.at.Add(inFlightFor))
+		}
+	}
+	b.mu.Unlock()
+	if r.blocked.Load() != nil {
+		soon(now.Add(c.wavePoll)) // a disruption budget's status follows readiness late
+	}
+	return max(at.Sub(now), time.Millisecond)
+}
+
+// podChanged queues the rounds in progress of namespace that select a pod
+// whose readiness (or anything else they decide on) changed; labels nil:
+// every round of the namespace. Called by the index's watch: it never
+// blocks.
+func (c *Controller) podChanged(namespace string, labels map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.entries {
+		if r := e.round; r != nil && e.obj.namespace == namespace && (labels == nil || r.sel.Matches(labels)) {
+			c.queue.Add(key) // lock order: c.mu, then the queue's
+		}
 	}
 }
 
@@ -194,7 +320,7 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	defer c.mu.Unlock()
 	var out []*round
 	for _, e := range c.entries {
-		if o := e.round; o != nil && o != r && e.obj.namespace == namespace && o.indexed == nil {
+		if o := e.round; o != nil && o != r && e.obj.namespace == namespace {
 			out = append(out, o)
 		}
 	}
@@ -441,7 +567,7 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if err != nil {
 		return 0, nil // the next round says so
 	}
-	live, err := c.listWhole(ctx, obj.namespace, sel)
+	live, err := c.selectedNow(ctx, obj.namespace, sel)
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}

@@ -42,6 +42,14 @@ type Handler interface {
 	EndList()
 }
 
+// Progresser is a Handler that is told how far the stream has come where no
+// object it handles says so: the revision of a list, after its EndList, and
+// each bookmark's. An index uses it to tell when it has caught up to a
+// revision read elsewhere.
+type Progresser interface {
+	Progress(resourceVersion string)
+}
+
 // Config tunes a ListWatcher. Zero values take the defaults in brackets.
 type Config struct {
 	Path         string // of the collection, e.g. /api/v1/namespaces/default/configmaps
@@ -309,6 +317,9 @@ func (lw *ListWatcher) list(ctx context.Context) error {
 		case meta.Continue == "":
 			lw.rv = meta.ResourceVersion
 			lw.h.EndList()
+			if p, ok := lw.h.(Progresser); ok {
+				p.Progress(meta.ResourceVersion)
+			}
 			lw.needList = false
 			lw.listed.Store(true)
 			lw.markHealthy()
@@ -406,6 +417,9 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 			return events, timeout, &apiclient.StatusError{Code: 500, Message: "ERROR event without a Status object"}
 		case ev.Type == Bookmark:
 			lw.rv = ev.ResourceVersion // a bookmark only moves the resourceVersion
+			if p, ok := lw.h.(Progresser); ok {
+				p.Progress(ev.ResourceVersion)
+			}
 		default:
 			lw.rv = ev.ResourceVersion
 			if kind := gjson.GetBytes(ev.Object, "kind").String(); lw.cfg.Kind != "" && kind != "" && kind != lw.cfg.Kind {

@@ -13,8 +13,9 @@ import (
 )
 
 // recordCached records, with the watch cache on (the API server's default): the LIST
-// and pod list, a watch carrying every event type, MODIFIED events of large objects, and
-// the metadata-only pod LIST and WATCH the pod index reads.
+// and pod list, a watch carrying every event type, MODIFIED events of large objects, the
+// metadata-only pod LIST and WATCH the pod index read before it watched whole pods, and a
+// Running pod.
 func (r *recorder) recordCached(ctx context.Context) error {
 	if err := r.setUpWebapp(ctx); err != nil {
 		return err
@@ -86,7 +87,10 @@ func (r *recorder) recordCached(ctx context.Context) error {
 			return err
 		}
 	}
-	return r.recordPodsMetadata(ctx)
+	if err := r.recordPodsMetadata(ctx); err != nil {
+		return err
+	}
+	return r.recordRunningPod(ctx)
 }
 
 // describe renders a pod event for the README: type, name, revision, and for a

@@ -1,0 +1,428 @@
+package policy
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/podindex"
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// mirror returns a pod index that listed the fake's pods and goes on
+// seeing its deletions and their replacements (replace, if set, makes one
+// for a deleted pod, with f.mu held), as a watch shows them: each event at
+// its revision, so that the index catches up to a DELETE's answer.
+func mirror(t *testing.T, f *fakeAPI, replace func(p fakePod) *fakePod) *podindex.Index {
+	x := indexOf(t)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	x.BeginList()
+	for _, p := range f.pods {
+		x.Handle(podEvent(t, watch.Synced, *p))
+	}
+	x.EndList()
+	x.Progress(strconv.FormatUint(f.revision, 10))
+	f.afterDelete = func(p fakePod) {
+		if f.graceful {
+			x.Handle(podEvent(t, watch.Modified, *f.pods[p.name]))
+		} else {
+			p.version = f.revision
+			x.Handle(podEvent(t, watch.Deleted, p))
+		}
+		if replace != nil {
+			if r := replace(p); r != nil {
+				x.Handle(podEvent(t, watch.Added, *r))
+			}
+		}
+	}
+	return x
+}
+
+// owned makes n Ready pods of ReplicaSet rs, labelled app=app.
+func owned(app string, n int) []*fakePod {
+	var pods []*fakePod
+	for i := range n {
+		name := app + "-" + strconv.Itoa(i+1)
+		pods = append(pods, &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"app": app}, ready: true, owner: app + "-rs"})
+	}
+	return pods
+}
+
+// replacement has the fake's ReplicaSet replace a deleted pod with one
+// that is not Ready yet. f.mu must be held.
+func (f *fakeAPI) replacement(p fakePod) *fakePod {
+	r := f.addPodLocked(p.name+"r", p.labels)
+	n := f.pods[r.name]
+	n.owner, n.readySince = p.owner, time.Now()
+	return n
+}
+
+// podLists returns the pod LISTs the fake served (not DELETEs, evictions,
+// scale reads).
+func (f *fakeAPI) podLists() []request {
+	var out []request
+	for _, r := range f.seen(http.MethodGet, "pods") {
+		if strings.HasSuffix(r.path, "/pods") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestMembershipBound ensures a round that began from the index completes
+// its membership from the index once it has caught up to the bound (its
+// first DELETE's answer), with no pod LIST: a pod created just before the
+// bound that the index showed late is restarted, named in the intent
+// first; one created just after it (a replacement) is left; a pod that came
+// in a list, whose creation the index did not see, counts as older and is
+// restarted; where the index does not catch up in time, one sweep LIST
+// decides.
+func TestMembershipBound(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	tests := []struct {
+		name string
+		// deleting runs as webapp-1 is deleted, before its DELETE answers
+		// and before the index sees it, with api.mu held; deleted runs
+		// once the index has seen it.
+		deleting    func(t *testing.T, api *fakeAPI, x *podindex.Index)
+		deleted     func(t *testing.T, api *fakeAPI, x *podindex.Index)
+		quiet       bool // the index sees no event after the round began
+		wantRemoved []string
+		wantIntent  []string // uids in the last intent written
+		wantLists   int
+	}{{
+		name: "a pod created just before the bound, seen late, is restarted",
+		deleting: func(t *testing.T, api *fakeAPI, x *podindex.Index) {
+			// Created before the deletion, its ADDED event delivered after
+			// the round took its pods.
+			x.Handle(podEvent(t, watch.Added, *api.pods["straggler"]))
+		},
+		wantRemoved: []string{"straggler", "webapp-1"},
+		wantIntent:  []string{"uid-1", "uid-s"},
+	}, {
+		name:     "a pod created just after the bound is left",
+		deleting: func(t *testing.T, api *fakeAPI, x *podindex.Index) { delete(api.pods, "straggler") },
+		deleted: func(t *testing.T, api *fakeAPI, x *podindex.Index) {
+			x.Handle(podEvent(t, watch.Added, api.addPodLocked("late", web))) // a revision after the deletion's
+		},
+		wantRemoved: []string{"webapp-1"},
+		wantIntent:  []string{"uid-1"},
+	}, {
+		name: "a pod that came in a list counts as older, wherever it was created",
+		deleting: func(t *testing.T, api *fakeAPI, x *podindex.Index) {
+			delete(api.pods, "straggler")
+			api.revision += 2
+			relisted := &fakePod{name: "relisted", uid: "uid-r", labels: web, version: api.revision + 1}
+			api.pods["relisted"] = relisted
+			x.BeginList()
+			for _, p := range api.pods {
+				x.Handle(podEvent(t, watch.Synced, *p))
+			}
+			x.EndList()
+			x.Progress(strconv.FormatUint(api.revision+2, 10))
+		},
+		wantRemoved: []string{"relisted", "webapp-1"},
+		wantIntent:  []string{"uid-1", "uid-r"},
+		wantLists:   1, // its relist is a new generation: the round sweeps
+	}, {
+		name:        "an index that does not catch up: one sweep LIST",
+		quiet:       true,
+		wantRemoved: []string{"straggler", "webapp-1"},
+		wantIntent:  []string{"uid-1", "uid-s"},
+		wantLists:   1,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := &fakePod{name: "webapp-1", uid: "uid-1", labels: web}
+			api := newFakeAPI(t, first)
+			x := mirror(t, api, nil) // the index shows webapp-1 only
+			api.mu.Lock()
+			api.pods["straggler"] = &fakePod{name: "straggler", uid: "uid-s", labels: web, version: api.revision + 1}
+			api.revision++
+			api.mu.Unlock()
+			deleteEvent := api.afterDelete
+			var once sync.Once
+			api.afterDelete = func(p fakePod) {
+				once.Do(func() {
+					if tt.deleting != nil {
+						tt.deleting(t, api, x)
+					}
+				})
+				if !tt.quiet {
+					deleteEvent(p)
+				}
+				if tt.deleted != nil {
+					tt.deleted(t, api, x)
+				}
+			}
+			c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+			c.sweepWait = 2 * time.Second // the index catches up at once, or never
+			start(t, c)
+
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+			settle(t, c)
+
+			assert.Equal(t, tt.wantRemoved, api.removedPods())
+			intents := api.intents()
+			require.GreaterOrEqual(t, len(intents), 2)
+			assert.Empty(t, intents[len(intents)-1], "the record ends the round")
+			for _, uid := range tt.wantIntent {
+				assert.Contains(t, intents[len(intents)-2], uid, "the intent names every pod before it goes")
+			}
+			lists := api.podLists()
+			assert.Len(t, lists, tt.wantLists, "pod LISTs: %v", lists)
+			for _, l := range lists {
+				assert.Equal(t, []string{"app=webapp"}, l.query["labelSelector"], "a sweep lists the selected pods")
+			}
+		})
+	}
+}
+
+// TestMembershipBoundOfEvictions ensures a round whose restarts answer no
+// revision (evictions) takes its bound from a consistent LIST of one pod,
+// no resourceVersion, and completes its membership from the index once it
+// has caught up to that: no other pod LIST.
+func TestMembershipBoundOfEvictions(t *testing.T) {
+	pods := owned("webapp", 3)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, nil)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") {
+			x.Progress("100") // the fake's LIST revision, as a bookmark shows it soon after
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Strategy: StrategyEvict}, x))
+	c.sweepWait = 10 * time.Second // never reached: a sweep would fail the test
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.evictedPods())
+	lists := api.podLists()
+	require.Len(t, lists, 1, "the bound's LIST only")
+	assert.Equal(t, []string{"1"}, lists[0].query["limit"])
+	assert.NotContains(t, lists[0].query, "resourceVersion", "a consistent read")
+}
+
+// TestWavesWakeOnReadiness ensures a round in waves that decides from the
+// index reads no pod LIST, and is woken by the index when a replacement
+// becomes Ready: with polling set an hour apart, the next wave follows
+// the readiness change, not a poll.
+func TestWavesWakeOnReadiness(t *testing.T) {
+	pods := owned("webapp", 3)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, api.replacement)
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	for n := 1; n <= 3; n++ {
+		// Well within lookEvery: a look by itself would come too late.
+		require.Eventually(t, func() bool { return len(api.removedPods()) == n }, lookEvery/4, time.Millisecond, "restart %d", n)
+		// The replacement becomes Ready, as its kubelet says.
+		api.mu.Lock()
+		var ready *fakePod
+		for _, p := range api.pods {
+			if !p.ready {
+				ready = p
+			}
+		}
+		require.NotNil(t, ready)
+		api.revision++
+		ready.ready, ready.version, ready.readySince = true, api.revision, time.Now()
+		api.mu.Unlock()
+		x.Handle(podEvent(t, watch.Modified, *ready))
+	}
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Empty(t, api.podLists(), "every wave decided from the index")
+}
+
+// TestWavesLookAgainWhenMinReadySecondsElapse ensures a waiting round looks
+// again by itself when a replacement has been Ready for MinReadySeconds,
+// which no event tells.
+func TestWavesLookAgainWhenMinReadySecondsElapse(t *testing.T) {
+	const minReady = 2 * time.Second
+	pods := owned("webapp", 2)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, func(p fakePod) *fakePod {
+		r := api.replacement(p)
+		r.ready = true // Ready at once, available only after minReady
+		return r
+	})
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, MinReadySeconds: minReady, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	// Well within lookEvery: a look by itself would come too late.
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, lookEvery/4, time.Millisecond)
+	assert.Len(t, api.removedPods(), 2)
+	assert.Empty(t, api.podLists())
+}
+
+// TestRoundsOfANamespaceSendSideBySide ensures two rounds of one namespace
+// have their requests in flight together: each decides under the
+// namespace's lock, and sends outside it. The fake holds every DELETE until
+// both rounds have sent one.
+func TestRoundsOfANamespaceSendSideBySide(t *testing.T) {
+	pods := append(owned("a", 4), owned("b", 4)...)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, api.replacement)
+	both := make(chan struct{})
+	var mu sync.Mutex
+	inFlight := map[string]bool{} // by app
+	api.fault = func(r request) (int, string, bool) {
+		if r.method != http.MethodDelete {
+			return 0, "", false
+		}
+		name := r.path[strings.LastIndexByte(r.path, '/')+1:]
+		mu.Lock()
+		inFlight[name[:1]] = true
+		if len(inFlight) == 2 {
+			select {
+			case <-both:
+			default:
+				close(both)
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-both:
+		case <-time.After(5 * time.Second): // the other round never sent: the assertion below fails
+		}
+		return 0, "", false
+	}
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour, Workers: 2}
+	cfg.Pods = oneIndex{x: x}
+	c, _ := newTestController(t, api.client(), cfg)
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-cm-a", selector: ptr("app=a"), recorded: hashOf(t, v1), data: v2})
+	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-cm-b", selector: ptr("app=b"), recorded: hashOf(t, v1), data: v2})
+	select {
+	case <-both:
+	case <-time.After(waitFor):
+		t.Fatal("the two rounds' DELETEs were never in flight together")
+	}
+}
+
+// TestListedAndIndexedPodsDecideAlike ensures a LIST's pods and the index's
+// are read by the same parser: the recorded Running pod, listed and
+// indexed, is the same livePod (owner, Ready and since when).
+func TestListedAndIndexedPodsDecideAlike(t *testing.T) {
+	body, err := os.ReadFile("../testdata/recorded/pods-running-list.json")
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) }))
+	t.Cleanup(srv.Close)
+	api := &fakeAPI{t: t, srv: srv}
+	c, _ := newTestController(t, api.client(), Config{})
+	listed, err := c.listNamespace(context.Background(), "default")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+
+	x := indexOf(t)
+	x.Handle(watch.Event{Type: watch.Added, Object: []byte(strings.TrimSpace(itemOf(t, body)))})
+	recs, _, ok := x.View("default")
+	require.True(t, ok)
+	require.Len(t, recs, 1)
+	assert.Equal(t, listed[0], fromRecord(recs[0]))
+	assert.Equal(t, "ReplicaSet", listed[0].owner.kind)
+	assert.True(t, listed[0].available(0, time.Now()))
+}
+
+// itemOf returns the first item of a recorded list.
+func itemOf(t *testing.T, list []byte) string {
+	item := gjson.GetBytes(list, "items.0")
+	require.True(t, item.Exists())
+	return item.Raw
+}
+
+// TestOpaqueBoundCountsEveryPodAsOlder ensures a bound LIST whose revision
+// is not a decimal number is compared with nothing: every pod the sweep
+// shows counts as created before the round, a replacement included (a
+// restart too many, never a pod left behind), and it is said once.
+func TestOpaqueBoundCountsEveryPodAsOlder(t *testing.T) {
+	pods := owned("webapp", 1)
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, api.replacement)
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") && strings.Join(r.query["limit"], "") == "1" {
+			return http.StatusOK, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"opaque-7"},"items":[]}`, true
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Strategy: StrategyEvict}, x))
+	var said atomic.Int32
+	c.log = slog.New(countingHandler{&said, "pod resourceVersions are not decimal numbers"})
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"webapp-1", "webapp-1r"}, api.evictedPods(), "the replacement counted as older")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v1})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	assert.Equal(t, int32(1), said.Load(), "said once")
+}
+
+// countingHandler counts the log records whose message starts with prefix.
+type countingHandler struct {
+	n      *atomic.Int32
+	prefix string
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestEstimateCountsNoReplacementTwice ensures a round whose owner's scale
+// cannot be read does not count a ReplicaSet's replacement and the pod it
+// replaces (terminating through its grace period) as two expected pods,
+// which would take the budget's last pod for ever: the next Ready pod goes
+// once the replacement is Ready.
+func TestEstimateCountsNoReplacementTwice(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRR")...)
+	api.graceful = true // the old pod stays, terminating, beside its replacement
+	api.replaceNotReady()
+	api.readyOnceListed()
+	listed := api.fault
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") {
+			return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"cannot get resource \"replicasets/scale\""}`, true
+		}
+		return listed(r)
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
+}
