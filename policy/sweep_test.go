@@ -197,30 +197,20 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestIndexNotUsable ensures rounds list first when the index cannot
-// answer (not synced) or cannot be swept (evictions carry no revision).
-func TestIndexNotUsable(t *testing.T) {
-	tests := []struct {
-		name  string
-		index func(t *testing.T) *podindex.Index
-		cfg   Config
-	}{
-		{"index not synced yet", func(t *testing.T) *podindex.Index { return podindex.New(slog.Default()) }, Config{}},
-		{"eviction strategy", func(t *testing.T) *podindex.Index { return indexOf(t, webPods()...) }, Config{Strategy: StrategyEvict}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			api := newFakeAPI(t, webPods()...)
-			c, _ := newTestController(t, api.client(), withIndex(tt.cfg, tt.index(t)))
-			start(t, c)
-			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-			settle(t, c)
-			reqs := api.seen("", "pods")
-			require.NotEmpty(t, reqs)
-			assert.Equal(t, http.MethodGet, reqs[0].method, "listed first")
-			assert.Len(t, append(api.deletedPods(), api.evictedPods()...), 3)
-		})
-	}
+// TestIndexNotSyncedListsFirst ensures a round lists its pods when the
+// index has not synced yet: it cannot answer, and the round does not wait
+// for it. (Evictions decide from the index: TestMembershipBoundOfEvictions.)
+func TestIndexNotSyncedListsFirst(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, _ := newTestController(t, api.client(), withIndex(Config{}, podindex.New(slog.Default())))
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	settle(t, c)
+	reqs := api.seen("", "pods")
+	require.NotEmpty(t, reqs)
+	assert.Equal(t, http.MethodGet, reqs[0].method, "listed first")
+	assert.NotEqual(t, []string{"1"}, reqs[0].query["limit"], "a whole list, not a membership bound")
+	assert.Len(t, api.deletedPods(), 3)
 }
 
 // TestIndexNeverDeletesOnAStaleView ensures a pod deleted on the index's
