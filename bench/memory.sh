@@ -10,10 +10,12 @@
 #             (bench/informer) run one at a time in the same run, each through the same
 #             fault proxy (hack/faultproxy, no fault but the forced relist: the next
 #             ConfigMap watch answered 410) in front of the same kubectl proxy.
-#   podindex  steady RSS of config-watcher watching every namespace with BENCH_PODS bare
-#             pods (5000; Pending, no scheduler) in a namespace that also holds one
-#             annotated ConfigMap (so the index covers it), POD_INDEX=true against
-#             false, per pod.
+#   podindex  steady RSS of config-watcher watching every namespace with BENCH_PODS pods
+#             (5000) that look Running (an owner, the conditions and container status a
+#             kubelet reports: benchtool pods -running) in a namespace that also holds one
+#             annotated ConfigMap (so the index covers it), POD_INDEX=true against false,
+#             per pod; then the CPU seconds while every pod's status changes once. This
+#             tree and config-watcher built from BENCH_MEM_BEFORE alike.
 #   secrets   BENCH_SECRETS Secrets (5000; 60 % passwords, 15 % tokens of 800 B, 5 %
 #             registry logins, 20 % TLS of 4.1 KB; every 500th annotated) and
 #             BENCH_SECRET_CMS ConfigMaps of 1 KiB (5000, half annotated) in one
@@ -53,7 +55,7 @@ for p in $PARTS; do
 done
 # part NAME: whether BENCH_MEM_PARTS asks for it.
 part() { [[ $PARTS == *" $1 "* ]]; }
-part volume || BEFORE="" # only the volume rows compare with the other build
+part volume || part podindex || BEFORE="" # the volume and pod index rows compare with the other build
 
 sub_work memory
 pids=()   # controllers: session leaders (benchtool spawn)
@@ -187,25 +189,38 @@ if part volume; then
 fi
 
 if part podindex; then
-	step "pod index: $PODS bare pods, WATCH_NAMESPACE=*, POD_INDEX=true against false"
+	step "pod index: $PODS Running pods, WATCH_NAMESPACE=*, POD_INDEX=true against false${BEFORE:+, and the index of config-watcher@$BEFORE}"
 	bt ns -api "$CW_PROXY_URL" -ns bench-pods
-	bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4
+	bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4 -running
 	# The index covers only namespaces holding an annotated ConfigMap: cm-00000 is one
 	# (its selector matches none of the pods, so nothing is restarted).
 	bt create -api "$CW_PROXY_URL" -ns bench-pods -n 1 -size 64 >/dev/null
-	# index_rss POD_INDEX: steady RSS (KiB) of config-watcher watching every namespace.
-	# The index decides what it covers during the initial ConfigMap list, before /readyz;
-	# launch waits for that and for the index's pod lists (quiet).
+	# index_rss NAME POD_INDEX: steady RSS (KiB) of controller NAME watching every
+	# namespace. The index decides what it covers during the initial ConfigMap list,
+	# before /readyz; launch waits for that and for the index's pod lists (quiet). With
+	# the index, it then reports every pod's status again, changed, as kubelets do, and
+	# appends the controller's CPU seconds meanwhile to $work/index-cpu-NAME.
 	index_rss() {
-		launch config-watcher '*' "podindex-$1" POD_INDEX="$1" >/dev/null
+		local before_cpu
+		launch "$1" '*' "podindex-$1-$2" POD_INDEX="$2" >/dev/null
 		status "$pid" VmRSS
+		if [[ $2 == true ]]; then
+			before_cpu=$(bt cpu -pid "$pid")
+			bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4 -restatus >&2
+			bt quiesce -pid "$pid" >/dev/null
+			awk -v a="$(bt cpu -pid "$pid")" -v b="$before_cpu" 'BEGIN { printf "%.2f", a - b }' >"$work/index-cpu-$1"
+		fi
 		halt "$pid"
 	}
-	without=$(index_rss false)
-	with=$(index_rss true)
-	per_pod=$(awk -v a="$with" -v b="$without" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
-	echo "  steady RSS with $PODS pods indexed: $(mib "$with") MiB, without the index: $(mib "$without") MiB: about $per_pod B per pod"
-	echo "pod-index,*,$PODS pods,,,$(mib "$with"),,$(mib "$without") without,$per_pod B/pod" >"$RESULTS/memory-podindex.csv"
+	rm -f "$RESULTS/memory-podindex.csv"
+	for c in config-watcher ${BEFORE:+config-watcher-before}; do
+		without=$(index_rss "$c" false)
+		with=$(index_rss "$c" true)
+		cpu=$(<"$work/index-cpu-$c")
+		per_pod=$(awk -v a="$with" -v b="$without" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
+		echo "  $c: steady RSS with $PODS pods indexed: $(mib "$with") MiB, without the index: $(mib "$without") MiB: about $per_pod B per pod; $cpu CPU s while every pod's status changed once"
+		echo "$c,*,$PODS pods,,,$(mib "$with"),,$(mib "$without") without,$per_pod B/pod,$cpu CPU s for $PODS status changes" >>"$RESULTS/memory-podindex.csv"
+	done
 fi
 
 if part volume; then
@@ -221,7 +236,7 @@ if part volume; then
 		echo '```'
 		if part podindex; then
 			echo
-			echo "Pod index, WATCH_NAMESPACE=*, $PODS pods: steady RSS $(mib "$with") MiB with it, $(mib "$without") MiB without: about $per_pod B per pod."
+			awk -F, -v n="$PODS" '{ printf "Pod index of %s, WATCH_NAMESPACE=*, %s Running pods: steady RSS %s MiB with it, %s: about %s per pod; %s.\n", $1, n, $6, $8, $9, $10 }' "$RESULTS/memory-podindex.csv"
 		fi
 	} | tee "$RESULTS/memory.md"
 fi

@@ -10,7 +10,10 @@
 #            Ready; the lowest Ready count a pod watch showed meanwhile; the first pod DELETE
 #            after the change (audit log). BENCH_WAVES_RUNS (5) rollouts per setting, the
 #            settings taking turns, the controller started afresh for each.
-#   latency  the reaction latency scenario of bench/run.sh (a bare pod, BENCH_WAVES_CHANGES
+#            Then, as a reference row, the Deployment's own rolling update of the same pods
+#            (its pod template changed, as kubectl rollout restart does; maxSurge 0,
+#            maxUnavailable 25 %), taking turns with the settings.
+#   latency  the reaction latency scenario of bench/run.sh (a Deployment's one Ready pod, BENCH_WAVES_CHANGES
 #            (20) changes one at a time) per setting, in passes of BENCH_WAVES_PASS (5), the
 #            settings taking turns: the first restart's latency.
 #
@@ -79,7 +82,7 @@ mkdir -p "$out"
 	else
 		echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet -- ':!bench' ':!BENCHMARKS.md' ':!Makefile' 2>/dev/null || echo ' (product code modified)')"
 	fi
-	echo "settings: MAX_UNAVAILABLE ${SETTINGS[*]}; $REPLICAS replicas Ready after $READY_AFTER; $RUNS rollouts and $CHANGES bare-pod changes per setting; other settings default"
+	echo "settings: MAX_UNAVAILABLE ${SETTINGS[*]}; $REPLICAS replicas Ready after $READY_AFTER; $RUNS rollouts and $CHANGES single-pod changes per setting; other settings default"
 	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/machine.txt"
 
@@ -100,6 +103,7 @@ bt ns -api "$api" -ns "$ns"
 curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' "$api/apis/apps/v1/namespaces/$ns/deployments" -d @- <<EOF
 {"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"webapp"},
  "spec":{"replicas":$REPLICAS,"selector":{"matchLabels":{"app":"webapp"}},
+  "strategy":{"type":"RollingUpdate","rollingUpdate":{"maxSurge":0,"maxUnavailable":"25%"}},
   "template":{"metadata":{"labels":{"app":"webapp"}},
    "spec":{"containers":[{"name":"webapp","image":"k8spatterns/mini-http-server"}]}}}}
 EOF
@@ -108,7 +112,10 @@ curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' "$api/api/v1/
 "$work/benchtool" standin -api "$api" -ns "$ns" -selector app=webapp -delay "$READY_AFTER" >"$work/standin.log" 2>&1 &
 standin_pid=$!
 
-step "rolling $REPLICAS pods: $RUNS rollouts per setting (${SETTINGS[*]}), taking turns"
+# The reference row: the Deployment's own rolling update of the same pods (kubectl rollout
+# restart: its pod template changed), maxSurge 0 and maxUnavailable 25 %, no config-watcher.
+reference="Deployment rolling update (maxSurge 0 maxUnavailable 25%)"
+step "rolling $REPLICAS pods: $RUNS rollouts per setting (${SETTINGS[*]}) and of the Deployment itself, taking turns"
 for ((run = 1; run <= RUNS; run++)); do
 	for s in "${SETTINGS[@]}"; do
 		launch "$s" "$ns" "rollout-${s%\%}-$run.log"
@@ -116,12 +123,13 @@ for ((run = 1; run <= RUNS; run++)); do
 		bt quiesce -pid "$ctrl_pid" >/dev/null # the round's record written
 		stop_ctrl
 	done
+	bt rollout -api "$api" -ns "$ns" -audit "$CW_AUDIT_LOG" -replicas "$REPLICAS" -setting "$reference" -run "$run" -results "$out" -trigger deployment
 done
 
 # In passes of PASS changes, the settings taking turns, so that the machine's other load
 # falls on both alike; each pass in a namespace of its own (the scenario pairs every PATCH
 # of its namespace with a DELETE).
-step "first-restart latency: $CHANGES changes of a bare pod per setting, $PASS at a time, taking turns (the reaction latency scenario)"
+step "first-restart latency: $CHANGES changes of a Deployment's one pod per setting, $PASS at a time, taking turns (the reaction latency scenario)"
 for ((pass = 1, made = 0; made < CHANGES; pass++, made += PASS)); do
 	for s in "${SETTINGS[@]}"; do
 		lns="bench-waves-lat-${s%\%}-$pass"

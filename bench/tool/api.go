@@ -139,6 +139,44 @@ func pod(name string, labels map[string]string) map[string]any {
 	}
 }
 
+// deployment is a Deployment of replicas pods labelled app=webapp. Its
+// own rolling update (the reference row of the waves bench) takes one pod
+// down before it creates its replacement, a quarter at a time: maxSurge 0,
+// maxUnavailable 25%, as config-watcher's default budget restarts them.
+func deployment(name string, replicas int) map[string]any {
+	labels := map[string]string{"app": "webapp"}
+	return map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"replicas": replicas,
+			"selector": map[string]any{"matchLabels": labels},
+			"strategy": map[string]any{"type": "RollingUpdate",
+				"rollingUpdate": map[string]any{"maxSurge": 0, "maxUnavailable": "25%"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": labels},
+				"spec": map[string]any{"containers": []any{map[string]any{
+					"name": "webapp", "image": "k8spatterns/mini-http-server",
+				}}},
+			},
+		},
+	}
+}
+
+// reportReady reports pod name Ready through pods/NAME/status, as a kubelet
+// would: the control planes the bench runs on have none. A pod deleted
+// meanwhile answers 404: nothing to report.
+func reportReady(a api, ns, name string) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	cond := func(t string) map[string]any {
+		return map[string]any{"type": t, "status": "True", "lastTransitionTime": now}
+	}
+	patch := map[string]any{"status": map[string]any{"phase": "Running",
+		"conditions": []any{cond("Ready"), cond("ContainersReady")}}}
+	_, err := a.must("PATCH", nsPath(ns, "pods", name)+"/status", patch, "application/strategic-merge-patch+json", 200, 404)
+	return err
+}
+
 func cmdNamespace(args []string) error {
 	fs := flag.NewFlagSet("ns", flag.ExitOnError)
 	base := fs.String("api", "", "API URL (kubectl proxy)")
@@ -203,8 +241,30 @@ func cmdPods(args []string) error {
 	labels := fs.String("labels", "", "more labels for every pod: k=v,k=v")
 	from := fs.Int("from", 0, "first index")
 	workers := fs.Int("workers", 8, "concurrent requests")
+	running := fs.Bool("running", false, "make each pod look like a Running pod a kubelet reports (owner, conditions, container status), as the pod index keeps it")
+	restatus := fs.Bool("restatus", false, "only report the status of pods made with -running again, changed (a kubelet's status updates)")
 	_ = fs.Parse(args)
 	a := api{*base}
+	name := func(i int) string { return fmt.Sprintf("%s-%d", *prefix, *from+i) }
+	if *restatus {
+		return parallel(*n, *workers, func(i int) error { return reportRunning(a, *ns, name(i), 1) })
+	}
+	var owner map[string]any
+	if *running {
+		// A controller owner that no controller acts on: the index interns it,
+		// as it does a ReplicaSet.
+		b, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(*prefix+"-owner", nil, nil), "application/json", 201)
+		if err != nil {
+			return err
+		}
+		var cm struct {
+			Metadata struct{ UID string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(b, &cm); err != nil {
+			return err
+		}
+		owner = map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": *prefix + "-owner", "uid": cm.Metadata.UID, "controller": true}
+	}
 	extra := map[string]string{}
 	for _, kv := range strings.Split(*labels, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -212,12 +272,45 @@ func cmdPods(args []string) error {
 		}
 	}
 	return parallel(*n, *workers, func(i int) error {
-		name := fmt.Sprintf("%s-%d", *prefix, *from+i)
-		l := map[string]string{"bench-pod": name}
+		l := map[string]string{"bench-pod": name(i)}
 		for k, v := range extra {
 			l[k] = v
 		}
-		_, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, l), "application/json", 201)
-		return err
+		p := pod(name(i), l)
+		if owner == nil {
+			_, err := a.must("POST", nsPath(*ns, "pods", ""), p, "application/json", 201)
+			return err
+		}
+		p["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
+		if _, err := a.must("POST", nsPath(*ns, "pods", ""), p, "application/json", 201); err != nil {
+			return err
+		}
+		return reportRunning(a, *ns, name(i), 0)
 	})
+}
+
+// reportRunning reports pod name Running and Ready with its container
+// started, as a kubelet reports it (the fields of testdata/recorded's
+// Running pod); restarts is its container's restart count.
+func reportRunning(a api, ns, name string, restarts int) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	var conds []any
+	for _, t := range []string{"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"} {
+		conds = append(conds, map[string]any{"type": t, "status": "True", "lastProbeTime": nil, "lastTransitionTime": now})
+	}
+	status := map[string]any{
+		"phase": "Running", "conditions": conds, "qosClass": "BestEffort",
+		"hostIP": "10.0.0.1", "hostIPs": []any{map[string]string{"ip": "10.0.0.1"}},
+		"podIP": "10.244.0.12", "podIPs": []any{map[string]string{"ip": "10.244.0.12"}},
+		"startTime": now,
+		"containerStatuses": []any{map[string]any{
+			"name": "app", "ready": true, "started": true, "restartCount": restarts,
+			"state":       map[string]any{"running": map[string]any{"startedAt": now}},
+			"image":       "docker.io/k8spatterns/mini-http-server:latest",
+			"imageID":     "docker.io/k8spatterns/mini-http-server@sha256:4c5f3a1e8b7d9c2f6a0e1b3d5c7f9a2e4b6d8f0a1c3e5b7d9f1a3c5e7b9d1f3a",
+			"containerID": "containerd://" + strings.Repeat("7f3e", 16),
+		}},
+	}
+	_, err := a.must("PATCH", nsPath(ns, "pods", name)+"/status", map[string]any{"status": status}, "application/merge-patch+json", 200)
+	return err
 }

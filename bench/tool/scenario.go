@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -79,12 +80,17 @@ func firstAfter(sorted []audit.Event, t time.Time) int {
 	return slices.IndexFunc(sorted, func(d audit.Event) bool { return !d.Received.Before(t) })
 }
 
-// cmdLatency measures reaction latency. With -setup it only creates the
-// annotated ConfigMap (before the controller starts, so config-watcher adopts
-// it). Otherwise, N times: create a pod the ConfigMap selects, wait, change the
-// ConfigMap's data, wait until the pod is gone, let the controller finish. Then
-// it pairs, from the audit log, each of our PATCHes (completed: stageTimestamp)
-// with the first pod DELETE not made by us received after it.
+// cmdLatency measures reaction latency as a user meets it. With -setup it
+// only creates the annotated ConfigMap (before the controller starts, so
+// config-watcher adopts it) and a Deployment of one pod. Otherwise, N times:
+// wait for the Deployment's new pod, report it Ready (no kubelet here),
+// let another client make a consistent LIST of the namespace's pods, as
+// clusters' clients do all the time (a consistent read just after another
+// waits for the API server's next progress round, about 100 ms), change the
+// ConfigMap's data, wait until the pod is gone, and let the controller
+// finish. Then it pairs, from the audit log, each of our PATCHes
+// (completed: stageTimestamp) with the first pod DELETE not made by us
+// received after it.
 func cmdLatency(args []string) error {
 	fs := flag.NewFlagSet("latency", flag.ExitOnError)
 	base := fs.String("api", "", "API URL (kubectl proxy)")
@@ -93,23 +99,33 @@ func cmdLatency(args []string) error {
 	n := fs.Int("n", 30, "changes")
 	controller := fs.String("controller", "", "name in the results")
 	results := fs.String("results", "", "results dir")
-	setup := fs.Bool("setup", false, "only create the ConfigMap")
+	setup := fs.Bool("setup", false, "only create the ConfigMap and the Deployment")
 	annotation := fs.String("annotation", "k8spatterns.io/podDeleteSelector", "selector annotation")
 	_ = fs.Parse(args)
 	a := api{*base}
 	const cm = "webapp-config"
 	if *setup {
-		_, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(cm,
-			map[string]string{*annotation: "app=webapp"}, map[string]string{"message": "hello"}), "application/json", 201)
-		return err
-	}
-	for i := 0; i < *n; i++ {
-		name := fmt.Sprintf("webapp-%d", i)
-		if _, err := a.must("POST", nsPath(*ns, "pods", ""), pod(name, map[string]string{"app": "webapp"}), "application/json", 201); err != nil {
+		if _, err := a.must("POST", nsPath(*ns, "configmaps", ""), configMap(cm,
+			map[string]string{*annotation: "app=webapp"}, map[string]string{"message": "hello"}), "application/json", 201); err != nil {
 			return err
 		}
-		// The pod is older than the change, as a Deployment's pod would be.
+		_, err := a.must("POST", "/apis/apps/v1/namespaces/"+*ns+"/deployments", deployment("webapp", 1), "application/json", 201)
+		return err
+	}
+	restarted := map[string]bool{} // uids of the pods the controller restarted
+	for i := 0; i < *n; i++ {
+		name, err := nextPod(a, *ns, restarted)
+		if err != nil {
+			return fmt.Errorf("change %d: %w", i, err)
+		}
+		if err := reportReady(a, *ns, name); err != nil {
+			return err
+		}
+		// The pod has been Ready a while before the change, as a serving pod has.
 		time.Sleep(200 * time.Millisecond)
+		if _, _, err := listPods(a, *ns, "app=webapp"); err != nil {
+			return err
+		}
 		patch := map[string]any{"data": map[string]string{"message": fmt.Sprintf("hello %d %d", i, time.Now().UnixNano())}}
 		if _, err := a.must("PATCH", nsPath(*ns, "configmaps", cm), patch, "application/merge-patch+json", 200); err != nil {
 			return err
@@ -156,6 +172,25 @@ func cmdLatency(args []string) error {
 	fmt.Printf("  %s: reaction latency over %d changes: p50 %.1f ms, p90 %.1f ms, max %.1f ms\n",
 		*controller, len(lat), s.p50/1000, s.p90/1000, s.max/1000)
 	return nil
+}
+
+// nextPod waits for the Deployment's one live pod that was not restarted
+// yet (the ReplicaSet's replacement), adds its uid to restarted, and
+// returns its name.
+func nextPod(a api, ns string, restarted map[string]bool) (string, error) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		items, _, err := listPods(a, ns, "app=webapp")
+		if err != nil {
+			return "", err
+		}
+		for _, p := range items {
+			if !p.terminating() && !restarted[p.Metadata.UID] {
+				restarted[p.Metadata.UID] = true
+				return p.Metadata.Name, nil
+			}
+		}
+	}
+	return "", errors.New("no new pod of the Deployment after 30 s (is kube-controller-manager running?)")
 }
 
 // cmdBurst: -setup creates N annotated ConfigMaps burst-i, each selecting its

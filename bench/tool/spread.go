@@ -25,7 +25,19 @@ type runResults struct {
 	m      map[string]map[string]float64
 	volume map[string]float64   // controller -> peak RSS at start with the most 900 KB ConfigMaps in one namespace
 	waves  map[string][]float64 // MAX_UNAVAILABLE -> rollout times (s)
+	first  map[string][]float64 // MAX_UNAVAILABLE -> first restart in each rollout (ms)
 }
+
+// wavesRatio is the ratio of two rollout settings' medians of one figure.
+func wavesRatio(fig func(runResults) map[string][]float64, a, b string) func(runResults) (float64, bool) {
+	return func(r runResults) (float64, bool) {
+		x, y := stats(fig(r)[a]), stats(fig(r)[b])
+		return over(x.p50, y.p50, x.n > 0, y.n > 0)
+	}
+}
+
+func rollouts(r runResults) map[string][]float64      { return r.waves }
+func firstRestarts(r runResults) map[string][]float64 { return r.first }
 
 func (r runResults) metric(c, key string) (float64, bool) { v, ok := r.m[c][key]; return v, ok }
 
@@ -80,11 +92,13 @@ var headlines = []headline{
 		return over(x, y, okX, okY)
 	}},
 	{"RSS after sync, 5,000 Secrets + 5,000 ConfigMaps, cw / informer", metricRatio("secrets_rss", "config-watcher", "informer")},
-	{"waves: 100 pods rolled, median, 25% / 100%", func(r runResults) (float64, bool) {
-		x, y := stats(r.waves["25%"]), stats(r.waves["100%"])
-		return over(x.p50, y.p50, x.n > 0, y.n > 0)
-	}},
+	{"waves: 100 pods rolled, median, 25% / 100%", wavesRatio(rollouts, "25%", "100%")},
+	{"waves: 100 pods rolled, median, 25% / the Deployment's rolling update", wavesRatio(rollouts, "25%", deploymentRollout)},
+	{"waves: first restart of 100 Ready pods, median, 25% / 100%", wavesRatio(firstRestarts, "25%", "100%")},
 }
+
+// deploymentRollout is the reference row's setting in rollout.csv (bench/waves.sh).
+const deploymentRollout = "Deployment rolling update (maxSurge 0 maxUnavailable 25%)"
 
 // cmdSpread prints each headline ratio of several runs and its spread, so
 // that a figure is read with the noise of the machine next to it.
@@ -135,7 +149,7 @@ func loadResults(dir string) (runResults, error) {
 	if err != nil {
 		return runResults{}, err
 	}
-	r := runResults{lat: lat, m: m, volume: map[string]float64{}, waves: map[string][]float64{}}
+	r := runResults{lat: lat, m: m, volume: map[string]float64{}, waves: map[string][]float64{}, first: map[string][]float64{}}
 	// controller,namespace,configmaps,data_mb,start_hwm_mib,steady_rss_mib,relist_hwm_mib
 	rows, err := readCSV(filepath.Join(dir, "memory.csv"))
 	if err != nil {
@@ -161,14 +175,16 @@ func loadResults(dir string) (runResults, error) {
 		return runResults{}, err
 	}
 	for _, row := range rows {
-		if len(row) < 4 {
+		if len(row) < 5 {
 			continue
 		}
-		s, err := strconv.ParseFloat(row[3], 64)
-		if err != nil {
+		s, err1 := strconv.ParseFloat(row[3], 64)
+		ms, err2 := strconv.ParseFloat(row[4], 64)
+		if err1 != nil || err2 != nil {
 			return runResults{}, fmt.Errorf("waves/rollout.csv: row %v", row)
 		}
 		r.waves[row[0]] = append(r.waves[row[0]], s)
+		r.first[row[0]] = append(r.first[row[0]], ms)
 	}
 	return r, nil
 }

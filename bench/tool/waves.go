@@ -176,14 +176,7 @@ func cmdStandin(args []string) error {
 	for w := 0; w < *workers; w++ {
 		go func() {
 			for name := range due {
-				now := time.Now().UTC().Format(time.RFC3339)
-				cond := func(t string) map[string]any {
-					return map[string]any{"type": t, "status": "True", "lastTransitionTime": now}
-				}
-				patch := map[string]any{"status": map[string]any{"phase": "Running",
-					"conditions": []any{cond("Ready"), cond("ContainersReady")}}}
-				// A pod deleted meanwhile answers 404: nothing to report.
-				if _, err := a.must("PATCH", nsPath(*ns, "pods", name)+"/status", patch, "application/strategic-merge-patch+json", 200, 404); err != nil {
+				if err := reportReady(a, *ns, name); err != nil {
 					fmt.Fprintf(os.Stderr, "standin: %v\n", err)
 				}
 			}
@@ -260,6 +253,8 @@ func (s rolloutState) apply(typ string, p podObj) {
 // -replicas of them), keeping the lowest Ready count seen after the change.
 // From the audit log: the change's completion (the start of the clock), the
 // controller's first pod DELETE after it, and its DELETEs during the rollout.
+// With -trigger deployment the change is the Deployment's pod template, and
+// the controller that deletes is the Deployment's (kube-controller-manager).
 // One row of rollout.csv in -results.
 func cmdRollout(args []string) error {
 	fs := flag.NewFlagSet("rollout", flag.ExitOnError)
@@ -273,8 +268,20 @@ func cmdRollout(args []string) error {
 	run := fs.Int("run", 1, "run number (in the results)")
 	results := fs.String("results", "", "results dir")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after")
+	trigger := fs.String("trigger", "configmap", "what changes: configmap (the annotated ConfigMap's data) or deployment (its pod template, as kubectl rollout restart changes it: the Deployment's own rolling update)")
 	_ = fs.Parse(args)
 	a := api{*base}
+	changePath, resource, changeName := nsPath(*ns, "configmaps", *cm), "configmaps", *cm
+	patch := map[string]any{"data": map[string]string{"message": fmt.Sprintf("%s run %d %d", *setting, *run, time.Now().UnixNano())}}
+	switch *trigger {
+	case "configmap":
+	case "deployment":
+		changePath, resource, changeName = "/apis/apps/v1/namespaces/"+*ns+"/deployments/webapp", "deployments", "webapp"
+		patch = map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{"kubectl.kubernetes.io/restartedAt": time.Now().UTC().Format(time.RFC3339Nano)}}}}}
+	default:
+		return fmt.Errorf("-trigger %q: configmap or deployment", *trigger)
+	}
 
 	steady := func(s rolloutState) (bool, string) {
 		live, _, ready := s.counts()
@@ -318,8 +325,7 @@ func cmdRollout(args []string) error {
 		return fmt.Errorf("before the change: %s, a moment after %d were Ready", now, *replicas)
 	}
 
-	patch := map[string]any{"data": map[string]string{"message": fmt.Sprintf("%s run %d %d", *setting, *run, time.Now().UnixNano())}}
-	if _, err := a.must("PATCH", nsPath(*ns, "configmaps", *cm), patch, "application/merge-patch+json", 200); err != nil {
+	if _, err := a.must("PATCH", changePath, patch, "application/merge-patch+json", 200); err != nil {
 		return err
 	}
 	sent := time.Now()
@@ -352,15 +358,19 @@ func cmdRollout(args []string) error {
 	cancel()
 
 	time.Sleep(1500 * time.Millisecond) // the audit log is written asynchronously
-	configmaps, pods, err := readAudit(*auditLog, *ns)
+	_, pods, err := readAudit(*auditLog, *ns)
+	if err != nil {
+		return err
+	}
+	changes, err := audit.Read(*auditLog, func(e audit.Event) bool { return e.On(*ns, resource) })
 	if err != nil {
 		return err
 	}
 	var change *audit.Event
-	for i, e := range configmaps {
-		if e.Verb == "patch" && e.UserAgent == userAgent && e.ObjectRef.Name == *cm && e.OK() &&
+	for i, e := range changes {
+		if e.Verb == "patch" && e.UserAgent == userAgent && e.ObjectRef.Name == changeName && e.OK() &&
 			(change == nil || e.Received.After(change.Received)) {
-			change = &configmaps[i]
+			change = &changes[i]
 		}
 	}
 	if change == nil || change.Received.After(sent) {
@@ -441,7 +451,7 @@ func cmdWavesSummary(args []string) error {
 		return fmt.Sprintf("%.2f×", x/y)
 	}
 	fmt.Printf("Rollout: one data change, a Deployment's pods Ready %s after they appear; first restart: change -> first pod DELETE.\n\n", *readyAfter)
-	fmt.Println("| MAX_UNAVAILABLE | rollout, median (s) | min–max (s) | lowest Ready count seen | pods deleted per rollout | first restart in the rollouts, median (ms) | first restart, bare pod, p50 (ms) | p90 (ms) |")
+	fmt.Println("| MAX_UNAVAILABLE | rollout, median (s) | min–max (s) | lowest Ready count seen | pods deleted per rollout | first restart in the rollouts, median (ms) | first restart, one Deployment pod, p50 (ms) | p90 (ms) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, k := range settings {
 		g := by[k]
@@ -462,7 +472,7 @@ func cmdWavesSummary(args []string) error {
 		}
 	}
 	if len(settings) > 0 {
-		fmt.Printf("\nRollouts per setting: %d; bare-pod changes per setting: %d.\n", len(by[settings[0]].rollout), len(lat[settings[0]]))
+		fmt.Printf("\nRollouts per setting: %d; single-pod changes per setting: %d.\n", len(by[settings[0]].rollout), len(lat[settings[0]]))
 	}
 	return nil
 }
