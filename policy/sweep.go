@@ -28,8 +28,8 @@ import (
 // has deleted nothing yet), the pods it shows selected that the round did
 // not take are its own too, unless the index saw them created after the
 // bound or the round's first deletion (replacements). Where the index does
-// not catch up within sweepWait (bookmarks are rare in a quiet namespace),
-// one sweep LIST of the selected pods decides instead, and the round's
+// not catch up within catchUpWait (bookmarks are rare in a quiet
+// namespace), one sweep LIST of the selected pods decides instead, and the round's
 // later waves list while the index does not show the pods it found. The
 // record waits for one of the two. Where the
 // creation cannot be told, the pod is restarted: a restart too many is
