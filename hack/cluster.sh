@@ -214,6 +214,8 @@ rules:
   resources:
   - group: ""
     resources: ["pods", "pods/eviction", "configmaps", "secrets", "events"]
+  - group: "apps"
+    resources: ["deployments"]
   - group: "coordination.k8s.io"
     resources: ["leases"]
   - group: "events.k8s.io"

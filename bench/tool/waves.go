@@ -445,7 +445,7 @@ func cmdWavesSummary(args []string) error {
 	}
 	b := by[*baseSetting]
 	ratio := func(x, y float64) string {
-		if y == 0 {
+		if x == 0 || y == 0 {
 			return ""
 		}
 		return fmt.Sprintf("%.2f×", x/y)
@@ -457,8 +457,12 @@ func cmdWavesSummary(args []string) error {
 		g := by[k]
 		r, f := stats(g.rollout), stats(g.first)
 		l := stats(lat[k])
-		fmt.Printf("| %s | %.2f | %.2f–%.2f | %d of %d | %.0f | %.1f | %.1f | %.1f |\n",
-			k, r.p50, r.min, r.max, g.minReady, g.replicas, stats(g.deleted).p50, f.p50, l.p50, l.p90)
+		single := "– | –" // the reference row: no single-pod changes
+		if l.n > 0 {
+			single = fmt.Sprintf("%.1f | %.1f", l.p50, l.p90)
+		}
+		fmt.Printf("| %s | %.2f | %.2f–%.2f | %d of %d | %.0f | %.1f | %s |\n",
+			k, r.p50, r.min, r.max, g.minReady, g.replicas, stats(g.deleted).p50, f.p50, single)
 	}
 	if b != nil {
 		for _, k := range settings {
