@@ -7,12 +7,15 @@
 # the raw results and a chart to bench/results/ (or $BENCH_RESULTS).
 #
 #   latency  each controller alone, in its own namespace: BENCH_CHANGES data changes
-#            (default 40), one at a time; PATCH completed -> first pod DELETE received,
-#            both from the apiserver audit log (µs)
+#            (default 40), one at a time, of a ConfigMap selecting a Deployment's one Ready
+#            pod, another client making a consistent pod LIST just before each (as on any
+#            busy cluster); PATCH completed -> first pod DELETE received, both from the
+#            apiserver audit log (µs). The informer is run twice: as it is (pods LISTed
+#            from the API on each change) and with a pod informer (INFORMER_POD_CACHE)
 #   idle     the three, still running, over BENCH_IDLE_SECONDS (60) without changes:
 #            utime+stime of the controller's whole session (/proc/PID/stat); RSS then
-#   burst    BENCH_BURST (500) annotated ConfigMaps, each selecting its own pod,
-#            changed at once; every pod deleted exactly once? time to the last DELETE
+#   burst    BENCH_BURST (500) annotated ConfigMaps, each selecting its own bare pod,
+#            changed at once (the informer both ways); every pod deleted exactly once? time to the last DELETE
 #   memory   5,000 then 20,000 ConfigMaps of 1 KiB (half annotated) in one namespace:
 #   + start  exec -> /readyz 200, then RSS (VmRSS, VmHWM) once the process is quiet;
 #            the informer also made to read JSON (INFORMER_JSON=true), for the start.
@@ -93,6 +96,7 @@ start() {
 	config-watcher-base) cmd=("$work/config-watcher-base") ;;
 	informer) cmd=("$work/informer") ;;
 	informer-json) cmd=(env INFORMER_JSON=true "$work/informer") ;;
+	informer-podcache) cmd=(env INFORMER_POD_CACHE=true "$work/informer") ;;
 	shell) cmd=(bash "$bench_dir/shell/config-watcher-controller.sh") ;;
 	floor) cmd=("$work/benchtool" floor) ;;
 	esac
@@ -147,7 +151,7 @@ step "reaction latency: $CHANGES data changes per controller, one controller at 
 # The floor (benchtool floor) only DELETEs on each event: what the server, the proxy and
 # the machine cost by themselves, measured the same way.
 # The base, if any, right after this tree's build: the machine's load drifts over the step.
-for c in config-watcher ${BASE:+config-watcher-base} informer shell floor; do
+for c in config-watcher ${BASE:+config-watcher-base} informer informer-podcache shell floor; do
 	ns="bench-lat-$c"
 	bt ns -api "$CW_PROXY_URL" -ns "$ns"
 	bt latency -setup -api "$CW_PROXY_URL" -ns "$ns"
@@ -155,7 +159,7 @@ for c in config-watcher ${BASE:+config-watcher-base} informer shell floor; do
 	sleep 2 # config-watcher adopts the ConfigMap (records its digest) first
 	echo "  $c: measuring in namespace $ns"
 	bt latency -api "$CW_PROXY_URL" -ns "$ns" -audit "$CW_AUDIT_LOG" -n "$CHANGES" -controller "$c" -results "$RESULTS"
-	[[ $c != config-watcher-base ]] || stop "$c" # the idle step measures the three
+	[[ $c != config-watcher-base && $c != informer-podcache ]] || stop "$c" # the idle step measures the three
 done
 
 stop floor
@@ -169,7 +173,7 @@ for c in "${CONTROLLERS[@]}"; do
 done
 
 step "burst: $BURST annotated ConfigMaps, each selecting its own pod, changed at once"
-for c in "${CONTROLLERS[@]}"; do
+for c in "${CONTROLLERS[@]}" informer-podcache; do
 	ns="bench-burst-$c"
 	bt ns -api "$CW_PROXY_URL" -ns "$ns"
 	bt burst -setup -api "$CW_PROXY_URL" -ns "$ns" -n "$BURST"

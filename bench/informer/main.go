@@ -17,6 +17,10 @@
 // protobuf, to tell the wire format's share of the start), INFORMER_SECRETS (false:
 // true caches and acts on Secrets too; /readyz then waits for both informers).
 //
+// With INFORMER_POD_CACHE=true a third informer caches the namespace's pods, and
+// the handler takes the pods to delete from that cache (a lister) instead of a
+// LIST: the client-go way to keep the API server's consistent reads off the path.
+//
 // The Secret informer lists every Secret, Helm's release Secrets included: no field
 // selector, as the obvious controller has none.
 package main
@@ -33,6 +37,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -71,12 +76,33 @@ func main() {
 		log.Fatalf("clientset: %v", err)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
-	synced := []cache.InformerSynced{watchKind(ctx, cs, factory.Core().V1().ConfigMaps().Informer(), "configmap", annotation,
+	var synced []cache.InformerSynced
+	// pods lists the pods a selector matches: through the clientset, or from the cache.
+	pods := func(ctx context.Context, ns string, sel labels.Selector) ([]corev1.Pod, error) {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+	if os.Getenv("INFORMER_POD_CACHE") == "true" {
+		inf := factory.Core().V1().Pods()
+		synced = append(synced, inf.Informer().HasSynced)
+		pods = func(_ context.Context, ns string, sel labels.Selector) ([]corev1.Pod, error) {
+			cached, err := inf.Lister().Pods(ns).List(sel)
+			items := make([]corev1.Pod, len(cached))
+			for i, p := range cached {
+				items[i] = *p
+			}
+			return items, err
+		}
+	}
+	synced = append(synced, watchKind(ctx, cs, pods, factory.Core().V1().ConfigMaps().Informer(), "configmap", annotation,
 		func(oldObj, newObj *corev1.ConfigMap) bool {
 			return reflect.DeepEqual(oldObj.Data, newObj.Data) && reflect.DeepEqual(oldObj.BinaryData, newObj.BinaryData)
-		})}
+		}))
 	if os.Getenv("INFORMER_SECRETS") == "true" {
-		synced = append(synced, watchKind(ctx, cs, factory.Core().V1().Secrets().Informer(), "secret", annotation,
+		synced = append(synced, watchKind(ctx, cs, pods, factory.Core().V1().Secrets().Informer(), "secret", annotation,
 			func(oldObj, newObj *corev1.Secret) bool { return reflect.DeepEqual(oldObj.Data, newObj.Data) }))
 	}
 	hasSynced := func() bool {
@@ -122,7 +148,7 @@ func main() {
 func watchKind[T interface {
 	*corev1.ConfigMap | *corev1.Secret
 	metav1.Object
-}](ctx context.Context, cs kubernetes.Interface, inf cache.SharedIndexInformer, kind, annotation string, sameData func(oldObj, newObj T) bool) cache.InformerSynced {
+}](ctx context.Context, cs kubernetes.Interface, pods podsFunc, inf cache.SharedIndexInformer, kind, annotation string, sameData func(oldObj, newObj T) bool) cache.InformerSynced {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(T)
@@ -134,7 +160,7 @@ func watchKind[T interface {
 			if !ok || sel == "" || sameData(o, n) {
 				return
 			}
-			restart(ctx, cs, n.GetNamespace(), kind+" "+n.GetName(), sel)
+			restart(ctx, cs, pods, n.GetNamespace(), kind+" "+n.GetName(), sel)
 		},
 	})
 	if err != nil {
@@ -143,15 +169,23 @@ func watchKind[T interface {
 	return inf.HasSynced
 }
 
+// podsFunc lists the pods of ns that sel matches.
+type podsFunc func(ctx context.Context, ns string, sel labels.Selector) ([]corev1.Pod, error)
+
 // restart deletes the pods selector matches. Called from the informer's handler
 // goroutine, so events are handled one at a time, in order.
-func restart(ctx context.Context, cs kubernetes.Interface, ns, obj, selector string) {
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+func restart(ctx context.Context, cs kubernetes.Interface, list podsFunc, ns, obj, selector string) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		log.Printf("%s: selector %q: %v", obj, selector, err)
+		return
+	}
+	pods, err := list(ctx, ns, sel)
 	if err != nil {
 		log.Printf("%s: list pods %q: %v", obj, selector, err)
 		return
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 			log.Printf("%s: delete pod %s: %v", obj, p.Name, err)
 			continue

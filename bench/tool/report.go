@@ -372,6 +372,19 @@ func cmdSummary(args []string) error {
 				ratio(q.f(cw), q.f(floor), cw.n > 0, true), ratio(q.f(inf), q.f(floor), inf.n > 0, true))
 		}
 	}
+	// The client-go controller that reads pods from an informer's cache.
+	if cached := stats(lat["informer-podcache"]); cached.n > 0 {
+		cw := stats(lat["config-watcher"])
+		fmt.Println()
+		fmt.Println("| same run | config-watcher | informer with a pod cache (lister) | cw / it |")
+		fmt.Println("|---|---|---|---|")
+		for _, q := range sameRunRows {
+			fmt.Printf("| reaction latency %s | %.1f | %.1f | %s |\n", q.name, q.f(cw), q.f(cached), ratio(q.f(cw), q.f(cached), cw.n > 0, true))
+		}
+		cwBurst, okC := get("config-watcher", "burst_last_delete")
+		cBurst, okB := get("informer-podcache", "burst_last_delete")
+		fmt.Printf("| burst: first PATCH → last pod DELETE (s) | %s | %s | %s |\n", cell(cwBurst, okC, "%.2f"), cell(cBurst, okB, "%.2f"), ratio(cwBurst, cBurst, okC, okB))
+	}
 	// BENCH_BASE: this tree against the revision it changes, in the same run.
 	if base := stats(lat["config-watcher-base"]); base.n > 0 {
 		cw := stats(lat["config-watcher"])

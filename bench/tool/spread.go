@@ -66,6 +66,7 @@ func metricRatio(key, a, b string) func(runResults) (float64, bool) {
 
 var headlines = []headline{
 	{"reaction latency p50, cw / informer", p50Ratio("config-watcher", "informer")},
+	{"reaction latency p50, cw / informer with a pod cache", p50Ratio("config-watcher", "informer-podcache")},
 	{"reaction latency p50, cw / shell", p50Ratio("config-watcher", "shell")},
 	{"reaction latency p50, cw / floor", p50Ratio("config-watcher", "floor")},
 	{"RSS after sync, 5,000 ConfigMaps, cw / informer", metricRatio("rss5k_rss", "config-watcher", "informer")},
@@ -85,6 +86,7 @@ var headlines = []headline{
 	{"start, 20,000 ConfigMaps, cw / informer", metricRatio("start20k", "config-watcher", "informer")},
 	{"start, 20,000 ConfigMaps, cw / informer reading JSON", metricRatio("start20k", "config-watcher", "informer-json")},
 	{"burst of 500, to the last DELETE, cw / informer", metricRatio("burst_last_delete", "config-watcher", "informer")},
+	{"burst of 500, to the last DELETE, cw / informer with a pod cache", metricRatio("burst_last_delete", "config-watcher", "informer-podcache")},
 	{"burst of 500, to the last DELETE, cw / shell", metricRatio("burst_last_delete", "config-watcher", "shell")},
 	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
 		x, okX := r.volume["config-watcher"]
