@@ -163,7 +163,7 @@ if part volume; then
 	csv="$RESULTS/memory.csv"
 	echo "controller,namespace,configmaps,data_mb,start_hwm_mib,steady_rss_mib,relist_hwm_mib" >"$csv"
 	ns=bench-bigmem
-	bt ns -api "$CW_PROXY_URL" -ns "$ns"
+	bt ns -api "$CW_PROXY_URL" -ns "$ns" -opt-in
 	# The annotated ConfigMap the controller acts on; the big ones carry an unrelated annotation.
 	curl -fsS -X POST -H 'Content-Type: application/json' "$CW_PROXY_URL/api/v1/namespaces/$ns/configmaps" \
 		-d '{"metadata":{"name":"webapp-config","annotations":{"k8spatterns.io/podDeleteSelector":"app=webapp"}},"data":{"message":"Hello"}}' >/dev/null
@@ -180,7 +180,7 @@ if part volume; then
 
 	ns2=bench-bigmem-2
 	step "WATCH_NAMESPACE=*: $have in $ns and 40 more in $ns2"
-	bt ns -api "$CW_PROXY_URL" -ns "$ns2"
+	bt ns -api "$CW_PROXY_URL" -ns "$ns2" -opt-in
 	bt create -api "$CW_PROXY_URL" -ns "$ns2" -n 40 -size "$SIZE" -workers 2 -annotation bench.k8spatterns.io/unrelated
 	for c in "${CONTROLLERS[@]}"; do
 		[[ $c == informer ]] && continue # bench/informer watches one namespace
@@ -190,7 +190,7 @@ fi
 
 if part podindex; then
 	step "pod index: $PODS Running pods, WATCH_NAMESPACE=*, POD_INDEX=true against false${BEFORE:+, and the index of config-watcher@$BEFORE}"
-	bt ns -api "$CW_PROXY_URL" -ns bench-pods
+	bt ns -api "$CW_PROXY_URL" -ns bench-pods -opt-in
 	bt pods -api "$CW_PROXY_URL" -ns bench-pods -n "$PODS" -prefix p -workers 4 -running
 	# The index covers only namespaces holding an annotated ConfigMap: cm-00000 is one
 	# (its selector matches none of the pods, so nothing is restarted).

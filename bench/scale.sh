@@ -98,7 +98,7 @@ eval "$("$repo/hack/cluster.sh" env)"
 api=$CW_PROXY_URL
 
 step "$NAMESPACES namespaces; in $(ns_name 0): a Deployment of $SELECTED pods and the annotated ConfigMap"
-for ((i = 0; i < NAMESPACES; i++)); do bt ns -api "$api" -ns "$(ns_name "$i")"; done
+for ((i = 0; i < NAMESPACES; i++)); do bt ns -api "$api" -ns "$(ns_name "$i")" -opt-in; done
 ns0=$(ns_name 0)
 curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' "$api/apis/apps/v1/namespaces/$ns0/deployments" -d @- <<EOF
 {"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"webapp"},

@@ -181,10 +181,23 @@ func cmdNamespace(args []string) error {
 	fs := flag.NewFlagSet("ns", flag.ExitOnError)
 	base := fs.String("api", "", "API URL (kubectl proxy)")
 	ns := fs.String("ns", "", "namespace")
+	optIn := fs.Bool("opt-in", false, "label it config-watcher.k8spatterns.io/enabled=true, as a namespace opts in to the cluster-wide install (NAMESPACE_SELECTOR's default)")
 	_ = fs.Parse(args)
 	a := api{*base}
-	if _, err := a.must("POST", "/api/v1/namespaces", map[string]any{"metadata": map[string]any{"name": *ns}}, "application/json", 201, 409); err != nil {
+	meta := map[string]any{"name": *ns}
+	if *optIn {
+		meta["labels"] = map[string]string{"config-watcher.k8spatterns.io/enabled": "true"}
+	}
+	code, _, err := a.do("POST", "/api/v1/namespaces", map[string]any{"metadata": meta}, "application/json")
+	switch {
+	case err != nil:
 		return err
+	case code == 409 && *optIn:
+		if _, err := a.must("PATCH", "/api/v1/namespaces/"+*ns, map[string]any{"metadata": map[string]any{"labels": meta["labels"]}}, "application/merge-patch+json", 200); err != nil {
+			return err
+		}
+	case code != 201 && code != 409:
+		return fmt.Errorf("POST namespace %s: %d", *ns, code)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
