@@ -25,15 +25,6 @@ import (
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// Pod is a pod the index selected.
-type Pod struct {
-	Name, UID string
-	// ResourceVersion as the index last saw it: a deletion decided from the
-	// index carries it as a precondition, so a stale index makes the server
-	// refuse instead of deleting the wrong pod.
-	ResourceVersion string
-}
-
 // Index is the pod index of one ListWatcher (one namespace, or all).
 type Index struct {
 	log *slog.Logger
@@ -334,23 +325,6 @@ func (x *Index) notify() {
 		close(x.changed)
 		x.changed = nil
 	}
-}
-
-// Select returns the pods of namespace whose labels match and that are not
-// terminating, and the number of lists behind the answer. ok is false until
-// the first list has ended and during a relist: pods would be missing.
-func (x *Index) Select(namespace string, matches func(labels map[string]string) bool) (pods []Pod, lists uint64, ok bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.lists == 0 || x.listing {
-		return nil, x.lists, false
-	}
-	for uid, p := range x.pods[namespace] {
-		if !p.terminating && matches(p.labels) {
-			pods = append(pods, Pod{Name: p.name, UID: uid, ResourceVersion: p.rv})
-		}
-	}
-	return pods, x.lists, true
 }
 
 // View returns every pod of namespace the index holds, terminating and

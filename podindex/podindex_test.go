@@ -167,18 +167,18 @@ func (m model) apply(t testing.TB, typ string, p wirePod) {
 }
 
 // selectable is the pods Select must return: those not terminating.
-func (m model) selectable() []podindex.Pod {
-	var out []podindex.Pod
+func (m model) selectable() []Pod {
+	var out []Pod
 	for uid, p := range m.pods {
 		if p.terminating == 0 {
-			out = append(out, podindex.Pod{Name: p.name, UID: uid})
+			out = append(out, Pod{Name: p.name, UID: uid})
 		}
 	}
 	return sortPods(out)
 }
 
-func sortPods(ps []podindex.Pod) []podindex.Pod {
-	slices.SortFunc(ps, func(a, b podindex.Pod) int { return strings.Compare(a.UID, b.UID) })
+func sortPods(ps []Pod) []Pod {
+	slices.SortFunc(ps, func(a, b Pod) int { return strings.Compare(a.UID, b.UID) })
 	return ps
 }
 
@@ -189,7 +189,7 @@ func sortPods(ps []podindex.Pod) []podindex.Pod {
 // each uid asked.
 type view struct {
 	ok         bool
-	pods       []podindex.Pod
+	pods       []Pod
 	labels     map[string]map[string]string // uid → labels, selected pods only
 	created    map[string]uint64            // uid → created, known pods only
 	terminated map[string]uint64            // uid → since, known only
@@ -412,7 +412,7 @@ func TestReplayMetadataListWatch(t *testing.T) {
 	x := runIndex(t, srv)
 
 	t.Run("AfterList", func(t *testing.T) {
-		require.Eventually(t, func() bool { _, _, ok := x.Select(ns, all); return ok }, waitLimit, time.Millisecond)
+		require.Eventually(t, func() bool { _, _, ok := selectPods(x, ns, all); return ok }, waitLimit, time.Millisecond)
 		assert.Equal(t, afterList, look(x, uids...))
 	})
 	for i := range rec.lines {
@@ -512,7 +512,7 @@ func relist(x *podindex.Index, pods ...pod) {
 	x.EndList()
 }
 
-func names(pods []podindex.Pod) []string {
+func names(pods []Pod) []string {
 	var out []string
 	for _, p := range pods {
 		out = append(out, p.Name)
@@ -721,7 +721,7 @@ func TestDeletedRemovesByUID(t *testing.T) {
 	old.rv = "10"
 	x.Handle(event(watch.Deleted, old))
 	pods, _, _ := selectWithoutRV(x, ns, all)
-	assert.Equal(t, []podindex.Pod{{Name: "web-0", UID: "uid-new"}}, pods)
+	assert.Equal(t, []Pod{{Name: "web-0", UID: "uid-new"}}, pods)
 	assert.Equal(t, 1, x.Len())
 
 	x.Handle(event(watch.Deleted, pod{name: "ghost", uid: "uid-ghost", rv: "11"}))
@@ -823,7 +823,7 @@ func TestOddButIdentifiedObjects(t *testing.T) {
 			assert.True(t, known)
 			assert.Equal(t, tc.wantCreated, got)
 			pods, _, _ := selectWithoutRV(x, ns, all)
-			assert.Equal(t, []podindex.Pod{{Name: "a", UID: "u"}}, pods)
+			assert.Equal(t, []Pod{{Name: "a", UID: "u"}}, pods)
 		})
 	}
 }
@@ -840,7 +840,7 @@ func TestKeepsNothingOfTheEventBuffer(t *testing.T) {
 	}
 	var labels map[string]string
 	pods, _, _ := selectWithoutRV(x, ns, func(l map[string]string) bool { labels = l; return true })
-	assert.Equal(t, []podindex.Pod{{Name: "a", UID: "uid-a"}}, pods)
+	assert.Equal(t, []Pod{{Name: "a", UID: "uid-a"}}, pods)
 	assert.Equal(t, map[string]string{"app": "webapp"}, labels)
 }
 
@@ -961,7 +961,7 @@ func TestTerminated(t *testing.T) {
 func TestListsCounter(t *testing.T) {
 	x := podindex.New(discard)
 	lists := func() (uint64, uint64) {
-		_, fromSelect, _ := x.Select(ns, all)
+		_, fromSelect, _ := selectPods(x, ns, all)
 		_, fromCreated, _ := x.Created(context.Background(), ns, "uid-a", 0)
 		return fromSelect, fromCreated
 	}
@@ -993,7 +993,7 @@ func TestListsCounter(t *testing.T) {
 func TestCreatedDuringRelistIsNotComparable(t *testing.T) {
 	x := podindex.New(discard)
 	relist(x, webapp("a", "5"))
-	_, before, _ := x.Select(ns, all)
+	_, before, _ := selectPods(x, ns, all)
 
 	x.BeginList() // after a 410: pods missed by the watch show up here
 	x.Handle(event(watch.Synced, webapp("missed", "90")))
@@ -1016,7 +1016,7 @@ func TestUnchangedLabelsKeepTheirMap(t *testing.T) {
 	relist(x, p)
 	labelsOf := func() map[string]string {
 		var got map[string]string
-		x.Select(ns, func(l map[string]string) bool { got = l; return true })
+		selectPods(x, ns, func(l map[string]string) bool { got = l; return true })
 		return got
 	}
 	same := func(a, b map[string]string) bool {
@@ -1066,11 +1066,11 @@ func FuzzHandle(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.typ, s.object)
 	}
-	var listed []podindex.Pod
+	var listed []Pod
 	for _, it := range listItems {
 		var p wirePod
 		if json.Unmarshal(it, &p) == nil && p.Metadata.DeletionTimestamp == nil && p.Metadata.Namespace == ns {
-			listed = append(listed, podindex.Pod{Name: p.Metadata.Name, UID: p.Metadata.UID})
+			listed = append(listed, Pod{Name: p.Metadata.Name, UID: p.Metadata.UID})
 		}
 	}
 	sortPods(listed)
@@ -1186,18 +1186,40 @@ func fuzzSeeds(f *testing.F) ([]json.RawMessage, []fuzzSeed) {
 	return list.Items, seeds
 }
 
-// selectWithoutRV is Select with the resourceVersions left out, for the
+// Pod is a pod the index shows selected: what a deletion decided from it
+// carries (name, uid, and its resourceVersion as a precondition).
+type Pod struct {
+	Name, UID, ResourceVersion string
+}
+
+// selectPods returns, from the index's View, the pods of namespace whose
+// labels match and that are not terminating, as a round takes them.
+func selectPods(x *podindex.Index, namespace string, matches func(map[string]string) bool) ([]Pod, uint64, bool) {
+	recs, lists, ok := x.View(namespace)
+	if !ok {
+		return nil, lists, false
+	}
+	var pods []Pod
+	for _, r := range recs {
+		if !r.Terminating && matches(r.Labels) {
+			pods = append(pods, Pod{Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion})
+		}
+	}
+	return pods, lists, true
+}
+
+// selectWithoutRV is selectPods with the resourceVersions left out, for the
 // tests that compare names and uids (TestSelectReportsResourceVersion
 // checks them).
-func selectWithoutRV(x *podindex.Index, ns string, matches func(map[string]string) bool) ([]podindex.Pod, uint64, bool) {
-	pods, lists, ok := x.Select(ns, matches)
+func selectWithoutRV(x *podindex.Index, ns string, matches func(map[string]string) bool) ([]Pod, uint64, bool) {
+	pods, lists, ok := selectPods(x, ns, matches)
 	for i := range pods {
 		pods[i].ResourceVersion = ""
 	}
 	return pods, lists, ok
 }
 
-// TestSelectReportsResourceVersion ensures Select gives each pod's
+// TestSelectReportsResourceVersion ensures the index gives each pod's
 // resourceVersion as last seen: a deletion decided from the index carries
 // it as a precondition.
 func TestSelectReportsResourceVersion(t *testing.T) {
@@ -1206,7 +1228,7 @@ func TestSelectReportsResourceVersion(t *testing.T) {
 	x.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"7","labels":{"app":"web"}}}`)})
 	x.EndList()
 	x.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"9","labels":{"app":"web"}}}`)})
-	pods, _, ok := x.Select("ns", func(map[string]string) bool { return true })
+	pods, _, ok := selectPods(x, "ns", func(map[string]string) bool { return true })
 	require.True(t, ok)
-	assert.Equal(t, []podindex.Pod{{Name: "a", UID: "u", ResourceVersion: "9"}}, pods)
+	assert.Equal(t, []Pod{{Name: "a", UID: "u", ResourceVersion: "9"}}, pods)
 }
