@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +53,47 @@ type estimate struct {
 type namespaceBudget struct {
 	mu       sync.Mutex
 	inFlight map[string]restartChosen // by pod uid
+	// deletions are the latest maxDeletions DELETEs the namespace's rounds
+	// had accepted, oldest first: when each was sent, and the revision it
+	// answered (seenAfter).
+	deletions []deletion
+}
+
+// deletion is a DELETE accepted: sent at moment at (Controller.moment),
+// answered at pod revision rv.
+type deletion struct{ at, rv uint64 }
+
+// maxDeletions bounds namespaceBudget.deletions: a round asks about those
+// sent since its change was seen, within seconds. One forgotten makes a
+// cutoff later, never earlier: a restart too many, not one too few.
+const maxDeletions = 256
+
+// noteDeletion notes a DELETE sent at moment at and answered at rv.
+func (b *namespaceBudget) noteDeletion(at, rv uint64) {
+	if rv == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.deletions) == maxDeletions {
+		b.deletions = slices.Delete(b.deletions, 0, 1)
+	}
+	b.deletions = append(b.deletions, deletion{at: at, rv: rv})
+}
+
+// seenAfter returns the lowest pod revision a DELETE of any round of the
+// namespace sent after moment answered (math.MaxUint64: none). Sent after
+// the moment a change was seen, the DELETE was carried out after it: every
+// pod created before that moment has a lower revision, and a replacement
+// it caused a higher one. b.mu must be held.
+func (b *namespaceBudget) seenAfter(moment uint64) uint64 {
+	low := uint64(math.MaxUint64)
+	for _, d := range b.deletions {
+		if d.at > moment {
+			low = min(low, d.rv)
+		}
+	}
+	return low
 }
 
 // restartChosen is a restart in flight: when, and for which object's

@@ -133,6 +133,12 @@ type Controller struct {
 	synced     chan struct{}
 	syncedOnce sync.Once
 	released   atomic.Bool // see releaseAfterSync
+	// moment orders what the controller saw against what it sent: a
+	// change seen takes the next value (entry.seenAt), and so does each
+	// DELETE before it is sent (namespaceBudget.deletions). Pod revisions
+	// and ConfigMap revisions are never compared; these are compared
+	// instead.
+	moment     atomic.Uint64
 	opaqueSaid atomic.Bool // see sayOpaque
 }
 

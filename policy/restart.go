@@ -102,6 +102,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
 		}
+		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
 		switch classify(err) {
 		case answerOK:
@@ -116,11 +117,13 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			if !r.seen.IsZero() && r.firstRestart.CompareAndSwap(false, true) {
 				c.metrics.ChangeToFirstRestart.Observe(time.Since(r.seen).Seconds())
 			}
+			// A DELETE answers the pod at the revision of its deletion or
+			// later; an eviction answers a Status: 0.
+			rv := gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
 			if r.indexed != nil {
-				// A DELETE answers the pod at the revision of its deletion or
-				// later; an eviction answers a Status: 0.
-				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
+				r.indexed.noteDeleted(pod.uid, rv)
 			}
+			c.budgetOf(obj.namespace).noteDeletion(sentAt, rv)
 			return podRestarted, nil
 		case answerGone:
 			count("not_found")

@@ -63,6 +63,10 @@ type round struct {
 	// set once its first restart was accepted. For the histograms.
 	seen         time.Time
 	firstRestart atomic.Bool
+	// seenAt is the moment (Controller.moment) its change was seen here,
+	// or, resumed or first seen before it, the round began: pods the
+	// DELETEs sent after it replaced are not its own (seenAfter).
+	seenAt uint64
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
 	haltFound time.Time
@@ -297,6 +301,10 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		return nil, errSuperseded
 	}
 	e.round, e.last, e.ourIntent = r, nil, ""
+	r.seenAt = e.seenAt
+	if resume != nil || r.seenAt == 0 {
+		r.seenAt = c.moment.Add(1)
+	}
 	if resume != nil {
 		e.ourIntent = resume.text
 	} else if !c.cfg.DryRun {

@@ -41,6 +41,10 @@ type entry struct {
 	// changed is when a view first showed the data as it is now (for the
 	// change-to-restart histograms).
 	changed time.Time
+	// seenAt is the moment (Controller.moment) changed was set: a pod that
+	// a DELETE sent after it replaced was created after the change was
+	// seen, and is not restarted for it.
+	seenAt  uint64
 	last    *lastLook // the last round's last look, due later (waves.go)
 	exists  bool      // false: a tombstone
 	adopted bool      // r was taken from the first sighting, not from a record

@@ -328,7 +328,11 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		}
 		x.listOnly = true
 	}
-	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline))
+	b := c.budgetOf(obj.namespace)
+	b.mu.Lock()
+	afterSeen := b.seenAfter(r.seenAt) // any round's DELETE sent after the change was seen
+	b.mu.Unlock()
+	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline), afterSeen)
 	state := make(map[string]podState, len(r.pods))
 	for i, p := range r.pods {
 		state[p.uid] = r.state[i]

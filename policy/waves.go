@@ -189,11 +189,17 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	if r.listed {
 		return
 	}
+	cutoff := uint64(math.MaxUint64)
+	if x != nil {
+		cutoff = b.seenAfter(r.seenAt)
+	}
 	for _, p := range view {
 		switch {
 		case p.terminating || !p.live() || !r.sel.Matches(p.labels):
 		case c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid):
 			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
+		case cutoff != math.MaxUint64 && createdAfter(x, obj.namespace, p.uid, lists, cutoff):
+			log.Info("leaving pod created after the change was seen", "pod", p.name)
 		case r.only == nil || r.only[p.uid]:
 			r.pods = append(r.pods, p.podRef)
 		}
@@ -208,6 +214,13 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	} else {
 		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	}
+}
+
+// createdAfter: the index saw pod uid created (its ADDED event, in the
+// same list as the view) above revision cutoff.
+func createdAfter(x *podindex.Index, namespace, uid string, lists, cutoff uint64) bool {
+	created, at, known := x.Created(context.Background(), namespace, uid, 0)
+	return known && at == lists && created > cutoff
 }
 
 // nextLook returns when round r, waiting, looks again. Without an index
