@@ -184,6 +184,9 @@ func (c *Controller) takeView(e *entry, obj object) {
 	verdict := e.apply(obj)
 	if !e.changed.Equal(changed) {
 		e.seenAt = c.moment.Add(1)
+		if !changed.IsZero() {
+			c.noteChange(e, e.changed)
+		}
 	}
 	if verdict == verdictWiped {
 		c.log.Info("the round's intent was removed from the object (replaced whole?); the round writes it again before its next restart",

@@ -102,6 +102,12 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
 		}
+		if c.restartTokens != nil {
+			// MAX_RESTARTS_PER_SECOND; the restart stays in flight meanwhile.
+			if err := c.restartTokens.wait(ctx); err != nil {
+				return podPending, err
+			}
+		}
 		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
 		switch classify(err) {

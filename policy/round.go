@@ -67,6 +67,9 @@ type round struct {
 	// or, resumed or first seen before it, the round began: pods the
 	// DELETEs sent after it replaced are not its own (seenAfter).
 	seenAt uint64
+	// storm: it began while its object was in a storm, and a data change
+	// does not supersede it (storm.go). Set before the round is shown.
+	storm bool
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
 	haltFound time.Time
@@ -126,7 +129,9 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	switch {
-	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.hash != obj.hash || e.obj.selector != obj.selector:
+	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selector != obj.selector:
+		return errSuperseded
+	case e.obj.hash != obj.hash && (r == nil || !r.storm): // a storm's round goes on for its data
 		return errSuperseded
 	case r == nil:
 		return nil
@@ -151,6 +156,20 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.mu.Unlock()
 		return resultGone, 0, nil
 	}
+	now := time.Now()
+	news, stormLeft := c.judgeStorm(key, e, now)
+	if news != stormSame {
+		defer c.sayStorm(e.obj, news)
+	}
+	if stormLeft > 0 {
+		// Look again when the storm may end: its Event, and the round
+		// that brings every pod to the last data.
+		defer func() {
+			if err == nil && (after == 0 || after > stormLeft) {
+				after = stormLeft
+			}
+		}()
+	}
 	if !c.optedIn(e.obj.namespace) {
 		// Its namespace opted out after the event that queued it.
 		obj := e.obj
@@ -166,6 +185,17 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
+	if r != nil && r.storm {
+		obj.hash = r.hash // it goes on, and records, for its own data
+	}
+	storm := false
+	if r == nil && (step == stepRound || step == stepResume) {
+		if wait := c.stormGate(e, now); wait > 0 {
+			c.mu.Unlock()
+			return resultWaiting, wait, nil
+		}
+		storm = e.storm
+	}
 	c.mu.Unlock()
 	log := c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name)
 
@@ -210,7 +240,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, log); errors.Is(err, errSuperseded) {
+		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
 	}
@@ -282,8 +312,8 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 // with this data), halted from the start if the object shows the intent
 // halted. The round is kept from here on, so that a retry does not take
 // pods created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, log *slog.Logger) (*round, error) {
-	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
+	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
 		if halt.hash == resume.hash && !halt.at.IsZero() {

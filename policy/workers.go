@@ -54,7 +54,10 @@ func (c *Controller) endTerm() {
 	defer c.mu.Unlock()
 	for _, e := range c.entries {
 		e.round, e.ended, e.ourIntent = nil, false, ""
+		e.storm, e.stormRound = false, time.Time{} // the next term judges it anew
 	}
+	clear(c.storms)
+	c.metrics.ObjectsInStorm.Set(0)
 	c.pruneHalted()
 }
 
