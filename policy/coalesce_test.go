@@ -2,6 +2,7 @@ package policy
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,5 +34,77 @@ func TestPodCreatedAfterChangeSeenIsNotRestartedForIt(t *testing.T) {
 	settle(t, c)
 
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods(), "each pod once; no replacement")
+	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// settleTest is three ConfigMaps, a, b and c, over the same three pods of
+// a ReplicaSet that replaces each pod deleted, with SETTLE.
+func settleTest(t *testing.T, settle time.Duration) (*fakeAPI, *Controller, *Metrics) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web},
+		&fakePod{name: "web-3", uid: "uid-3", labels: web})
+	x := mirror(t, api, api.replacement)
+	cfg := withIndex(Config{RecordHash: true, Settle: settle}, x)
+	c, m := newTestController(t, api.client(), cfg)
+	return api, c, m
+}
+
+func settleSpec(name string) cmSpec {
+	return cmSpec{name: name, uid: "uid-cm-" + name, selector: ptr("app=web")}
+}
+
+// TestSettleRestartsEachPodOnceForChangesTogether ensures SETTLE makes
+// changes of three objects over the same pods, 30 ms apart, restart each
+// pod once, not once per object, and that each object records its own R.
+// Without it (the second run) the first round restarts the pods before
+// the second change is seen, and its replacements, which run the first
+// object's new data but the others' old, are restarted again.
+func TestSettleRestartsEachPodOnceForChangesTogether(t *testing.T) {
+	for _, tt := range []struct {
+		settle      time.Duration
+		wantRemoved int
+	}{{settle: 300 * time.Millisecond, wantRemoved: 3}, {settle: 0, wantRemoved: 9}} {
+		t.Run("settle="+tt.settle.String(), func(t *testing.T) {
+			api, c, m := settleTest(t, tt.settle)
+			start(t, c)
+			for _, name := range []string{"a", "b", "c"} {
+				s := settleSpec(name)
+				s.recorded, s.data = hashOf(t, v1), v2
+				handle(t, c, watch.Modified, s)
+				if tt.settle == 0 {
+					// The first rounds end before the next change.
+					require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == uint64(name[0]-'a')+1 }, waitFor, time.Millisecond)
+				} else {
+					time.Sleep(30 * time.Millisecond) // the changes' pace is the scenario
+				}
+			}
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 3 }, waitFor, time.Millisecond)
+			settle(t, c)
+			assert.Len(t, api.removedPods(), tt.wantRemoved, "%v", api.removedPods())
+			assert.Len(t, api.recordedHashes(), 3, "each object records its own R")
+		})
+	}
+}
+
+// TestSettleKillBetweenTwoIntentsRestartsEachPodOnce ensures a controller
+// killed between two objects' intents (a's written over the three pods, b's
+// not yet) leaves states of the table that the next controller resolves
+// with each pod restarted once: a resumes its intent, b begins a round,
+// and whichever goes first, the other restarts neither the pods it
+// restarted nor their replacements.
+func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
+	api, c, m := settleTest(t, 100*time.Millisecond)
+	a := settleSpec("a")
+	a.recorded, a.data, a.intent = hashOf(t, v1), v2, hashOf(t, v2)+"/uid-1,uid-2,uid-3"
+	b := settleSpec("b")
+	b.recorded, b.data = hashOf(t, v1), v2
+	handle(t, c, watch.Added, a)
+	handle(t, c, watch.Added, b)
+	start(t, c)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
 }

@@ -76,6 +76,10 @@ type Config struct {
 	// MaxRestartsPerSecond caps the restart requests of every round
 	// together, with a burst of ten times as many; 0: no cap.
 	MaxRestartsPerSecond int
+	// Settle: a round's first restart waits until no annotated object
+	// selecting any of its pods has changed for this long (settle.go); 0:
+	// at once.
+	Settle time.Duration
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.

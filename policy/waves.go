@@ -109,6 +109,20 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if len(pending) == 0 {
 		return c.completed(ctx, key, obj, r, log)
 	}
+	if wait := c.settleWait(obj, r, view, time.Now()); wait > 0 {
+		// Changes of objects over the same pods may follow: their rounds
+		// begin meanwhile and share the restarts. This one's bound is
+		// taken now (pods created while it settles are not its own), and
+		// its intent written, so that a kill leaves each object's.
+		c.startBound(ctx, obj.namespace, r)
+		if c.needsIntent(key, r) {
+			if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
+				return err
+			}
+		}
+		r.next = wait
+		return errWaiting
+	}
 	others := c.otherRounds(obj.namespace, r)
 	if r.indexed != nil && (c.cfg.Strategy == StrategyEvict || c.cfg.DryRun) {
 		// No answer will carry a revision: the bound is a LIST, sent
