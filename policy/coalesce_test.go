@@ -108,3 +108,54 @@ func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
 }
+
+// TestChangeDuringARoundRestartsEachPodOnceForBoth ensures that when object
+// b's change arrives while object a's round over the same Ready pods runs in
+// waves, a pod a has not restarted yet is restarted once for both, a's
+// replacement made before b's change is restarted for b (it runs b's old
+// data), and no replacement made after it is restarted by either; both
+// objects record, and the shared budget (one pod at a time) holds.
+func TestChangeDuringARoundRestartsEachPodOnceForBoth(t *testing.T) {
+	api := newFakeAPI(t, owned("web", 4)...)
+	x := mirror(t, api, api.replacement) // replacements start not Ready
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour, Workers: 2}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	start(t, c)
+	spec := func(name string) cmSpec {
+		return cmSpec{name: name, uid: "uid-cm-" + name, selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2}
+	}
+	// The kubelet's part: a replacement not Ready becomes Ready.
+	readyOne := func() bool {
+		api.mu.Lock()
+		var p *fakePod
+		for _, q := range api.pods {
+			if !q.ready && !q.terminating {
+				p = q
+			}
+		}
+		if p != nil {
+			api.revision++
+			p.ready, p.version, p.readySince = true, api.revision, time.Now()
+		}
+		api.mu.Unlock()
+		if p != nil {
+			x.Handle(podEvent(t, watch.Modified, *p))
+		}
+		return p != nil
+	}
+
+	handle(t, c, watch.Modified, spec("a"))
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 1 }, waitFor, time.Millisecond)
+	first := api.removedPods()[0]
+	handle(t, c, watch.Modified, spec("b")) // a's replacement of first exists, not Ready
+	require.Eventually(t, func() bool {
+		readyOne()
+		return m.Reconciles.Value(resultRestarted) == 2
+	}, waitFor, 5*time.Millisecond)
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-3", "web-4", first + "r"}, api.removedPods(),
+		"the originals once, a's replacement made before b's change once, none made after it")
+	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}

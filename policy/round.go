@@ -159,7 +159,15 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	now := time.Now()
 	news, stormLeft := c.judgeStorm(key, e, now)
 	if news != stormSame {
-		defer c.sayStorm(e.obj, news)
+		// Said now, not after this look's wave.
+		obj := e.obj
+		c.mu.Unlock()
+		c.sayStorm(obj, news)
+		c.mu.Lock()
+		if e = c.entries[key]; e == nil || !e.exists {
+			c.mu.Unlock()
+			return resultGone, 0, nil
+		}
 	}
 	if stormLeft > 0 {
 		// Look again when the storm may end: its Event, and the round
