@@ -109,7 +109,18 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			}
 		}
 		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
+		evicting := evict || c.cfg.DryRun
+		if !evicting {
+			c.budgetOf(obj.namespace).noteSent(sentAt)
+		}
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
+		if !evicting {
+			var rv uint64
+			if classify(err) == answerOK {
+				rv = gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
+			}
+			c.budgetOf(obj.namespace).noteAnswer(sentAt, rv)
+		}
 		switch classify(err) {
 		case answerOK:
 			maybeDeleted = !c.cfg.DryRun
@@ -125,11 +136,9 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			}
 			// A DELETE answers the pod at the revision of its deletion or
 			// later; an eviction answers a Status: 0.
-			rv := gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
 			if r.indexed != nil {
-				r.indexed.noteDeleted(pod.uid, rv)
+				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}
-			c.budgetOf(obj.namespace).noteDeletion(sentAt, rv)
 			return podRestarted, nil
 		case answerGone:
 			count("not_found")

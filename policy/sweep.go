@@ -328,10 +328,8 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		}
 		x.listOnly = true
 	}
-	b := c.budgetOf(obj.namespace)
-	b.mu.Lock()
-	afterSeen := b.seenAfter(r.seenAt) // any round's DELETE sent after the change was seen
-	b.mu.Unlock()
+	// Any round's DELETE sent after the change was seen.
+	afterSeen := c.budgetOf(obj.namespace).cutoffAfter(ctx, r.seenAt, min(time.Until(deadline), catchUpWait))
 	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline), afterSeen)
 	state := make(map[string]podState, len(r.pods))
 	for i, p := range r.pods {

@@ -205,7 +205,7 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	cutoff := uint64(math.MaxUint64)
 	if x != nil {
-		cutoff = b.seenAfter(r.seenAt)
+		cutoff, _ = b.seenAfter(r.seenAt) // a DELETE in flight: its replacement may be taken, a restart too many
 	}
 	for _, p := range view {
 		switch {
