@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,4 +161,55 @@ func TestChangeDuringARoundRestartsEachPodOnceForBoth(t *testing.T) {
 	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-3", "web-4", first + "r"}, api.removedPods(),
 		"the originals once, a's replacement made before b's change once, none made after it")
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements ensures the
+// issue's case: a change seen while the same object's DELETEs are in flight
+// (a slow server) is acted on once they are answered, and the replacements
+// they make, created after the change was seen, are not restarted for it:
+// the moment it was seen is marked by a pod LIST sent then (a round of the
+// namespace was in progress). Each pod is restarted once, not twice.
+func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web})
+	api.listsAtRevision = true
+	x := mirror(t, api, api.replacement)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server closes: a failed check must not hang on held DELETEs
+	var held atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			held.Add(1)
+			<-release // the server carries the DELETE out later
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return held.Load() == 2 }, waitFor, time.Millisecond, "both DELETEs in flight")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v3})
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.entries {
+			if _, ok := e.mark.resolved(); ok {
+				return true
+			}
+		}
+		return false
+	}, waitFor, time.Millisecond, "the mark's LIST answered before the DELETEs")
+	free()
+	require.Eventually(t, func() bool {
+		rs := api.recordedHashes()
+		return len(rs) > 0 && rs[len(rs)-1] == hashOf(t, v3)
+	}, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2"}, api.removedPods(), "the replacements, made after v3 was seen, run it")
+	assert.Zero(t, m.Reconciles.Value(resultError))
 }

@@ -133,6 +133,10 @@ type Controller struct {
 	owners     *owners                     // the desired replicas of pods' owners (owners.go)
 	halted     map[string]*round           // halted rounds, by key
 	storms     map[string]bool             // objects in a storm, by key (storm.go)
+	markers    map[string]*marker          // by namespace: marks being sent (mark.go)
+	// acting is the context of the requests of the current term (Lead),
+	// nil while no term runs: marks are sent only while this replica acts.
+	acting context.Context
 	// restartTokens paces every restart request (nil: no cap).
 	restartTokens *tokenBucket
 
@@ -184,6 +188,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		owners:       newOwners(api),
 		halted:       map[string]*round{},
 		storms:       map[string]bool{},
+		markers:      map[string]*marker{},
 		cfg:          cfg,
 		api:          api,
 		log:          log,

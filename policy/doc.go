@@ -32,7 +32,9 @@
 //	                                        verdict and sets ended); workers
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
-//	entry.changes, seenAt                   observers (takeView), under c.mu
+//	entry.changes, seenAt, mark             observers (takeView), under c.mu;
+//	                                        a mark's rv: its LIST's goroutine
+//	                                        until done is closed (mark.go)
 //	entry.storm, stormRound; c.storms       the worker of the key (judgeStorm,
 //	                                        stormGate), under c.mu; endTerm
 //	entry.round (the pointer)               the worker of the key (beginRound,

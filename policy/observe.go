@@ -184,6 +184,7 @@ func (c *Controller) takeView(e *entry, obj object) {
 	verdict := e.apply(obj)
 	if !e.changed.Equal(changed) {
 		e.seenAt = c.moment.Add(1)
+		e.mark = c.noteSeen(obj.namespace)
 		if !changed.IsZero() {
 			c.noteChange(e, e.changed)
 		}

@@ -67,6 +67,9 @@ type round struct {
 	// or, resumed or first seen before it, the round began: pods the
 	// DELETEs sent after it replaced are not its own (seenAfter).
 	seenAt uint64
+	// mark is the pod revision of the moment its change was seen, where a
+	// round was in progress then (mark.go); nil: none.
+	mark *seenMark
 	// storm: it began while its object was in a storm, and a data change
 	// does not supersede it (storm.go). Set before the round is shown.
 	storm bool
@@ -342,6 +345,8 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	r.seenAt = e.seenAt
 	if resume != nil || r.seenAt == 0 {
 		r.seenAt = c.moment.Add(1)
+	} else {
+		r.mark = e.mark
 	}
 	if resume != nil {
 		e.ourIntent = resume.text

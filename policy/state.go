@@ -45,6 +45,9 @@ type entry struct {
 	// a DELETE sent after it replaced was created after the change was
 	// seen, and is not restarted for it.
 	seenAt uint64
+	// mark places the moment changed was set among pod revisions, where a
+	// round was in progress in the namespace then (mark.go); nil: none.
+	mark *seenMark
 	// changes are the latest data changes seen (StormChanges+1 of them at
 	// most); storm is set, and stormRound (when the latest round begun in
 	// the storm began), by the key's worker (storm.go).

@@ -206,6 +206,9 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	cutoff := uint64(math.MaxUint64)
 	if x != nil {
 		cutoff, _ = b.seenAfter(r.seenAt) // a DELETE in flight: its replacement may be taken, a restart too many
+		if rv, ok := r.mark.resolved(); ok {
+			cutoff = min(cutoff, rv)
+		}
 	}
 	for _, p := range view {
 		switch {
