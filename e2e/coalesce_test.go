@@ -132,3 +132,22 @@ func TestStormGuardRestartsOncePerWindow(t *testing.T) {
 	assert.Equal(t, 1, storms, "one ChangeStorm Event")
 	assert.Zero(t, f.c.Metric(t, "config_watcher_objects_in_storm"))
 }
+
+// TestChangesDuringSlowDeletesLeaveTheirReplacements is the issue's
+// reproduction: the data of one ConfigMap changed five times, 0.4 s apart,
+// while each DELETE takes a second (the fault proxy holds it), all pods at
+// once. Every deletion hits a pod created before the change preceding it:
+// a pod created after a change was seen (a replacement of a DELETE in
+// flight then) is not restarted for it, and none twice.
+func TestChangesDuringSlowDeletesLeaveTheirReplacements(t *testing.T) {
+	_, _, h, fp, _ := webappBehindFaultProxyWith(t, 4, "MAX_UNAVAILABLE=100%")
+	fp.SetRules(t, `[{"name":"slow","method":"DELETE","delay":"1s"}]`)
+	tick := time.NewTicker(400 * time.Millisecond) // the changes' pace is the scenario
+	defer tick.Stop()
+	for i := range 5 {
+		h.set(t, fmt.Sprintf("change %d", i))
+		<-tick.C
+	}
+	h.requirePromiseKept(t)
+	require.Positive(t, fp.Fired(t)["slow"], "no DELETE was slow: the test did not test it")
+}
