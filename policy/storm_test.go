@@ -178,3 +178,40 @@ func TestStormChangesKeptAreBounded(t *testing.T) {
 	assert.Len(t, e.changes, 6)
 	assert.True(t, slices.IsSortedFunc(e.changes, func(a, b time.Time) int { return a.Compare(b) }))
 }
+
+// TestStormGaugeIsZeroOnAStandby ensures a replica that stops leading
+// reports no object in a storm, and a standby that sees the changes judges
+// none: only the leader's worker does.
+func TestStormGaugeIsZeroOnAStandby(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	api := newFakeAPI(t, &fakePod{name: "webapp-1", uid: "uid-1", labels: web})
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Events: rec, StormChanges: 2, StormWindow: time.Minute})
+	change := func(n int) {
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: stormData(n)})
+	}
+	for n := 1; n <= 4; n++ { // standing by: no worker runs
+		change(n)
+	}
+	assert.Zero(t, m.ObjectsInStorm.Value(), "a standby judges no storm")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		c.Lead(ctx, func() time.Duration { return 0 })
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return m.ObjectsInStorm.Value() == 1 }, waitFor, time.Millisecond, "the leader judges the changes it was shown")
+	cancel()
+	<-done
+	assert.Zero(t, m.ObjectsInStorm.Value(), "0 once it stands by again")
+	assert.Equal(t, 1, func() int {
+		n := 0
+		for _, e := range rec.all() {
+			if e.reason == "ChangeStorm" {
+				n++
+			}
+		}
+		return n
+	}())
+}
