@@ -59,7 +59,8 @@ func (c *Controller) judgeStorm(key string, e *entry, now time.Time) (stormNews,
 	last := e.changes[len(e.changes)-1]
 	news := stormSame
 	switch {
-	case !e.storm && len(e.changes) > c.cfg.StormChanges && now.Sub(e.changes[0]) < window:
+	case !e.storm && len(e.changes) > c.cfg.StormChanges && last.Sub(e.changes[0]) < window && now.Sub(last) < window:
+		// The changes' own times: a worker that looks late still sees the storm.
 		e.storm, e.stormRound = true, time.Time{}
 		c.storms[key] = true
 		news = stormBegan
