@@ -50,6 +50,10 @@ type config struct {
 	MinReadySeconds  int
 	ProgressDeadline time.Duration
 	MaxConcurrent    int
+	Settle           time.Duration
+	StormChanges     int
+	StormWindow      time.Duration
+	MaxRestartsPerS  int
 	DryRun           bool
 	PodIndex         bool
 	Events           bool
@@ -152,6 +156,10 @@ var settings = []setting{
 	{"MIN_READY_SECONDS", "min-ready-seconds", "0", "seconds a pod must have been Ready to count as available in the restart budget (as a Deployment's minReadySeconds)", intSetting(0, 3600, func(c *config) *int { return &c.MinReadySeconds })},
 	{"PROGRESS_DEADLINE", "progress-deadline", "10m", "a round that could restart no pod for this long halts (Warning Event RolloutHalted) and goes on when pods become Ready; replacements not Ready this long after the last restart get a ReplacementsNotReady Event", durationSetting(time.Second, 24*time.Hour, "1s to 24h", func(c *config) *time.Duration { return &c.ProgressDeadline })},
 	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
+	{"SETTLE", "settle", "0s", "a round's first restart waits until no annotated object selecting any of its pods has changed for this long, so that changes arriving together (a Helm upgrade, a GitOps sync) restart each pod once; 0s: at once", durationSetting(0, 10*time.Minute, "0s to 10m", func(c *config) *time.Duration { return &c.Settle })},
+	{"STORM_CHANGES", "storm-changes", "5", "more data changes of one object than this within STORM_WINDOW are a storm: Warning Event ChangeStorm, and its pods restarted at most once per STORM_WINDOW until its data has been quiet that long; 0: no storm guard", intSetting(0, 1000, func(c *config) *int { return &c.StormChanges })},
+	{"STORM_WINDOW", "storm-window", "1m", "the window of STORM_CHANGES, and in a storm the least time between two rounds of the object", durationSetting(time.Second, time.Hour, "1s to 1h", func(c *config) *time.Duration { return &c.StormWindow })},
+	{"MAX_RESTARTS_PER_SECOND", "max-restarts-per-second", "50", "restart requests of all objects together per second, with bursts of ten times as many; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxRestartsPerS })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep an index of pods (owner, readiness) from a pod watch, with either strategy: every round decides from it, without a LIST per wave (needs watch on pods); false lists pods for each wave", boolSetting(func(c *config) *bool { return &c.PodIndex })},
 	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},

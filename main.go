@@ -128,6 +128,10 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		MinReadySeconds:       time.Duration(cfg.MinReadySeconds) * time.Second,
 		ProgressDeadline:      cfg.ProgressDeadline,
 		MaxConcurrentRestarts: cfg.MaxConcurrent,
+		Settle:                cfg.Settle,
+		StormChanges:          cfg.StormChanges,
+		StormWindow:           cfg.StormWindow,
+		MaxRestartsPerSecond:  cfg.MaxRestartsPerS,
 		DryRun:                cfg.DryRun,
 		DigestKey:             cfg.DigestKey,
 	}

@@ -63,7 +63,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "Defaults", check: func(t *testing.T, c config) {
 			assert.Equal(t, config{Namespaces: []string{"default"}, APIURL: "http://localhost:8001", SelectorAnnotation: "k8spatterns.io/podDeleteSelector",
 				HTTPAddr: ":8080", LogFormat: "text", RecordHash: true, DigestKeyFile: "/etc/config-watcher/digest-key/key", Workers: 4, ShutdownTimeout: 10 * time.Second,
-				RestartStrategy: "delete", MaxUnavailable: policy.Budget{Percent: 25}, ProgressDeadline: 10 * time.Minute, MaxConcurrent: 10, PodIndex: true, Events: true,
+				RestartStrategy: "delete", MaxUnavailable: policy.Budget{Percent: 25}, ProgressDeadline: 10 * time.Minute, MaxConcurrent: 10, StormChanges: 5, StormWindow: time.Minute, MaxRestartsPerS: 50, PodIndex: true, Events: true,
 				LeaseName: "config-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 				NamespaceSelector: mustSelector(t, "config-watcher.k8spatterns.io/enabled=true")}, c)
 		}},

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"context"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +54,101 @@ type estimate struct {
 type namespaceBudget struct {
 	mu       sync.Mutex
 	inFlight map[string]restartChosen // by pod uid
+	// deletions are the latest maxDeletions DELETEs the namespace's rounds
+	// sent, oldest first: when each was sent, and the revision it answered
+	// (0 while in flight); those refused are forgotten (seenAfter).
+	deletions []deletion
+	// answered, made when someone waits (waitAnswers), is closed at the
+	// next answer.
+	answered chan struct{}
+}
+
+// deletion is a DELETE sent at moment at (Controller.moment), answered at
+// pod revision rv (0: no answer yet).
+type deletion struct{ at, rv uint64 }
+
+// maxDeletions bounds namespaceBudget.deletions: a round asks about those
+// sent since its change was seen, within seconds. One forgotten makes a
+// cutoff later, never earlier: a restart too many, not one too few.
+const maxDeletions = 256
+
+// noteSent notes a DELETE about to be sent at moment at.
+func (b *namespaceBudget) noteSent(at uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.deletions) == maxDeletions {
+		b.deletions = slices.Delete(b.deletions, 0, 1)
+	}
+	b.deletions = append(b.deletions, deletion{at: at})
+}
+
+// noteAnswer notes the answer to the DELETE sent at moment at: the
+// revision it answered, or 0 if it deleted nothing (refused, not found, an
+// eviction's Status), which forgets it.
+func (b *namespaceBudget) noteAnswer(at, rv uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := slices.IndexFunc(b.deletions, func(d deletion) bool { return d.at == at }); i >= 0 {
+		if rv == 0 {
+			b.deletions = slices.Delete(b.deletions, i, i+1)
+		} else {
+			b.deletions[i].rv = rv
+		}
+	}
+	if b.answered != nil {
+		close(b.answered)
+		b.answered = nil
+	}
+}
+
+// seenAfter returns the lowest pod revision a DELETE of any round of the
+// namespace sent after moment answered (math.MaxUint64: none), and whether
+// one sent after it is not answered yet. Sent after the moment a change was
+// seen, the DELETE was carried out after it: every pod created before that
+// moment has a lower revision, and a replacement it caused a higher one.
+// b.mu must be held.
+func (b *namespaceBudget) seenAfter(moment uint64) (low uint64, inFlight bool) {
+	low = math.MaxUint64
+	for _, d := range b.deletions {
+		switch {
+		case d.at <= moment:
+		case d.rv == 0:
+			inFlight = true
+		default:
+			low = min(low, d.rv)
+		}
+	}
+	return low, inFlight
+}
+
+// cutoffAfter returns seenAfter(moment) once no DELETE sent after moment
+// is in flight, waiting up to wait for their answers: the index may show a
+// deletion, and its replacement, before the DELETE's answer comes back.
+// Where one is still unanswered then, its replacement may be taken: a
+// restart too many, not one too few.
+func (b *namespaceBudget) cutoffAfter(ctx context.Context, moment uint64, wait time.Duration) uint64 {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		low, inFlight := b.seenAfter(moment)
+		if !inFlight {
+			b.mu.Unlock()
+			return low
+		}
+		if b.answered == nil {
+			b.answered = make(chan struct{})
+		}
+		answered := b.answered
+		b.mu.Unlock()
+		select {
+		case <-answered:
+		case <-timer.C:
+			return low
+		case <-ctx.Done():
+			return low
+		}
+	}
 }
 
 // restartChosen is a restart in flight: when, and for which object's

@@ -69,6 +69,17 @@ type Config struct {
 	// annotated objects: rounds there decide from it, woken by its pods'
 	// changes, and bound their membership by it (sweep.go).
 	Pods PodIndexes
+	// StormChanges: more data changes of one object than this within
+	// StormWindow are a storm (storm.go); 0: no storm guard.
+	StormChanges int
+	StormWindow  time.Duration
+	// MaxRestartsPerSecond caps the restart requests of every round
+	// together, with a burst of ten times as many; 0: no cap.
+	MaxRestartsPerSecond int
+	// Settle: a round's first restart waits until no annotated object
+	// selecting any of its pods has changed for this long (settle.go); 0:
+	// at once.
+	Settle time.Duration
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -121,6 +132,13 @@ type Controller struct {
 	budgets    map[string]*namespaceBudget // per namespace: what its rounds share (budget.go)
 	owners     *owners                     // the desired replicas of pods' owners (owners.go)
 	halted     map[string]*round           // halted rounds, by key
+	storms     map[string]bool             // objects in a storm, by key (storm.go)
+	markers    map[string]*marker          // by namespace: marks being sent (mark.go)
+	// acting is the context of the requests of the current term (Lead),
+	// nil while no term runs: marks are sent only while this replica acts.
+	acting context.Context
+	// restartTokens paces every restart request (nil: no cap).
+	restartTokens *tokenBucket
 
 	// changed, made when someone waits (waitFor), is closed at the next
 	// event.
@@ -133,6 +151,12 @@ type Controller struct {
 	synced     chan struct{}
 	syncedOnce sync.Once
 	released   atomic.Bool // see releaseAfterSync
+	// moment orders what the controller saw against what it sent: a
+	// change seen takes the next value (entry.seenAt), and so does each
+	// DELETE before it is sent (namespaceBudget.deletions). Pod revisions
+	// and ConfigMap revisions are never compared; these are compared
+	// instead.
+	moment     atomic.Uint64
 	opaqueSaid atomic.Bool // see sayOpaque
 }
 
@@ -163,6 +187,8 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		budgets:      map[string]*namespaceBudget{},
 		owners:       newOwners(api),
 		halted:       map[string]*round{},
+		storms:       map[string]bool{},
+		markers:      map[string]*marker{},
 		cfg:          cfg,
 		api:          api,
 		log:          log,
@@ -176,6 +202,9 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		annotated:    map[string]int{},
 		retries:      map[string]backoff.BackOff{},
 		synced:       make(chan struct{}),
+	}
+	if cfg.MaxRestartsPerSecond > 0 {
+		c.restartTokens = newTokenBucket(cfg.MaxRestartsPerSecond, 10*cfg.MaxRestartsPerSecond)
 	}
 	c.all = [2]*scope{{c: c, kind: kindConfigMap}, {c: c, kind: kindSecret}}
 	if cfg.Pods != nil {
@@ -230,6 +259,9 @@ type Metrics struct {
 	PodEvictions  *metrics.CounterVec
 	WritesRefused *metrics.CounterVec
 	RoundsHalted  *metrics.Gauge
+	// ObjectsInStorm counts objects whose data changes faster than the
+	// storm guard lets rounds begin (storm.go).
+	ObjectsInStorm *metrics.Gauge
 	// ReplacementsNotReady counts finished rounds whose replacements were
 	// not Ready ProgressDeadline after the last restart.
 	ReplacementsNotReady *metrics.Counter
@@ -267,6 +299,7 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		PodEvictions: r.NewCounterVec("config_watcher_pod_evictions_total", "Pod evictions (RESTART_STRATEGY=evict), by result; blocked: a disruption budget refused it (tried again in the next wave).", "result",
 			"evicted", "not_found", "conflict", "left", "blocked", "error", "dry_run"),
 		RoundsHalted:         r.NewGauge("config_watcher_rounds_halted", "Rounds halted: no restart possible for PROGRESS_DEADLINE (each also a RolloutHalted Warning Event)."),
+		ObjectsInStorm:       r.NewGauge("config_watcher_objects_in_storm", "Objects in a change storm: more than STORM_CHANGES data changes within STORM_WINDOW; their pods are restarted at most once per STORM_WINDOW (each storm also a ChangeStorm Warning Event)."),
 		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
 		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource (a Secret's state is written on configmaps).", "resource",
 			"configmaps", "pods", "pods/eviction"),

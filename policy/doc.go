@@ -32,10 +32,15 @@
 //	                                        verdict and sets ended); workers
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
+//	entry.changes, seenAt, mark             observers (takeView), under c.mu;
+//	                                        a mark's rv: its LIST's goroutine
+//	                                        until done is closed (mark.go)
+//	entry.storm, stormRound; c.storms       the worker of the key (judgeStorm,
+//	                                        stormGate), under c.mu; endTerm
 //	entry.round (the pointer)               the worker of the key (beginRound,
 //	                                        reconcile, record); Lead's endTerm
 //	                                        once every worker has returned
-//	round.key, hash, selector, sel          set once: anyone, under c.mu
+//	round.key, hash, selector, sel, storm   set once: anyone, under c.mu
 //	round.pods, resumed, sent, progress,    the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, lists, swept, listOnly,
@@ -47,7 +52,8 @@
 //	round.state[i]                          the goroutine restarting pods[i],
 //	                                        joined before the worker reads it
 //	round.listed, mostSeen, estimate,       the namespace budget's lock: other
-//	allowed; namespaceBudget.inFlight       rounds' waves count this one's budget
+//	allowed; namespaceBudget.inFlight,      rounds' waves count this one's budget
+//	deletions                               (restart goroutines note deletions)
 //	round.blocked, firstRestart             atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock
 //	the pods (podindex.Index)               its own lock; the watch writes,
@@ -75,6 +81,9 @@
 //	                            nothing yet
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
+//	a storm                     judgeStorm (storm.go), by the key's worker: at
+//	                            most one round per StormWindow, not superseded
+//	                            by data changes; restartTokens paces restarts
 //	a round's pods              take (waves.go) from its first view; from the
 //	                            index, completed once it has caught up to the
 //	                            bound, or by one sweep LIST (complete, sweep.go)

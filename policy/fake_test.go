@@ -92,6 +92,9 @@ type fakeAPI struct {
 	// owners are the pods' controllers, by name; each wants as many
 	// replicas as it had live pods at the start.
 	owners map[string]*fakeOwner
+	// listsAtRevision: a pod LIST answers the revision of the latest write,
+	// as kube-apiserver's consistent LIST does (else always 100).
+	listsAtRevision bool
 }
 
 func newFakeAPI(t *testing.T, pods ...*fakePod) *fakeAPI {
@@ -262,6 +265,9 @@ func (f *fakeAPI) listPods(w http.ResponseWriter, req request) {
 		items = append(items, f.pods[n].object())
 	}
 	listMeta := map[string]any{"resourceVersion": "100"}
+	if f.listsAtRevision {
+		listMeta["resourceVersion"] = strconv.FormatUint(f.revision, 10)
+	}
 	if end < len(names) {
 		listMeta["continue"] = strconv.Itoa(end)
 	}

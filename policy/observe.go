@@ -180,7 +180,16 @@ func (c *Controller) observe(obj object) bool {
 // takeView applies a view of the object to its entry, and adopts the data
 // if nothing tells which the pods run. c.mu must be held.
 func (c *Controller) takeView(e *entry, obj object) {
-	if e.apply(obj) == verdictWiped {
+	changed := e.changed
+	verdict := e.apply(obj)
+	if !e.changed.Equal(changed) {
+		e.seenAt = c.moment.Add(1)
+		e.mark = c.noteSeen(obj.namespace)
+		if !changed.IsZero() {
+			c.noteChange(e, e.changed)
+		}
+	}
+	if verdict == verdictWiped {
 		c.log.Info("the round's intent was removed from the object (replaced whole?); the round writes it again before its next restart",
 			"namespace", obj.namespace, obj.kind.logKey(), obj.name)
 	}

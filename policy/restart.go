@@ -102,7 +102,25 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
 		}
+		if c.restartTokens != nil {
+			// MAX_RESTARTS_PER_SECOND; the restart stays in flight meanwhile.
+			if err := c.restartTokens.wait(ctx); err != nil {
+				return podPending, err
+			}
+		}
+		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
+		evicting := evict || c.cfg.DryRun
+		if !evicting {
+			c.budgetOf(obj.namespace).noteSent(sentAt)
+		}
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
+		if !evicting {
+			var rv uint64
+			if classify(err) == answerOK {
+				rv = gjson.GetBytes(answer, "metadata.resourceVersion").Uint()
+			}
+			c.budgetOf(obj.namespace).noteAnswer(sentAt, rv)
+		}
 		switch classify(err) {
 		case answerOK:
 			maybeDeleted = !c.cfg.DryRun
@@ -116,9 +134,9 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			if !r.seen.IsZero() && r.firstRestart.CompareAndSwap(false, true) {
 				c.metrics.ChangeToFirstRestart.Observe(time.Since(r.seen).Seconds())
 			}
+			// A DELETE answers the pod at the revision of its deletion or
+			// later; an eviction answers a Status: 0.
 			if r.indexed != nil {
-				// A DELETE answers the pod at the revision of its deletion or
-				// later; an eviction answers a Status: 0.
 				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}
 			return podRestarted, nil

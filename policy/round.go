@@ -63,6 +63,16 @@ type round struct {
 	// set once its first restart was accepted. For the histograms.
 	seen         time.Time
 	firstRestart atomic.Bool
+	// seenAt is the moment (Controller.moment) its change was seen here,
+	// or, resumed or first seen before it, the round began: pods the
+	// DELETEs sent after it replaced are not its own (seenAfter).
+	seenAt uint64
+	// mark is the pod revision of the moment its change was seen, where a
+	// round was in progress then (mark.go); nil: none.
+	mark *seenMark
+	// storm: it began while its object was in a storm, and a data change
+	// does not supersede it (storm.go). Set before the round is shown.
+	storm bool
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
 	haltFound time.Time
@@ -122,7 +132,9 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	switch {
-	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.hash != obj.hash || e.obj.selector != obj.selector:
+	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selector != obj.selector:
+		return errSuperseded
+	case e.obj.hash != obj.hash && (r == nil || !r.storm): // a storm's round goes on for its data
 		return errSuperseded
 	case r == nil:
 		return nil
@@ -147,6 +159,28 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.mu.Unlock()
 		return resultGone, 0, nil
 	}
+	now := time.Now()
+	news, stormLeft := c.judgeStorm(key, e, now)
+	if news != stormSame {
+		// Said now, not after this look's wave.
+		obj := e.obj
+		c.mu.Unlock()
+		c.sayStorm(obj, news)
+		c.mu.Lock()
+		if e = c.entries[key]; e == nil || !e.exists {
+			c.mu.Unlock()
+			return resultGone, 0, nil
+		}
+	}
+	if stormLeft > 0 {
+		// Look again when the storm may end: its Event, and the round
+		// that brings every pod to the last data.
+		defer func() {
+			if err == nil && (after == 0 || after > stormLeft) {
+				after = stormLeft
+			}
+		}()
+	}
 	if !c.optedIn(e.obj.namespace) {
 		// Its namespace opted out after the event that queued it.
 		obj := e.obj
@@ -162,6 +196,17 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
+	if r != nil && r.storm {
+		obj.hash = r.hash // it goes on, and records, for its own data
+	}
+	storm := false
+	if r == nil && (step == stepRound || step == stepResume) {
+		if wait := c.stormGate(e, now); wait > 0 {
+			c.mu.Unlock()
+			return resultWaiting, wait, nil
+		}
+		storm = e.storm
+	}
 	c.mu.Unlock()
 	log := c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name)
 
@@ -206,7 +251,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, log); errors.Is(err, errSuperseded) {
+		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
 	}
@@ -278,8 +323,8 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 // with this data), halted from the start if the object shows the intent
 // halted. The round is kept from here on, so that a retry does not take
 // pods created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, log *slog.Logger) (*round, error) {
-	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil}
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
+	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
 		if halt.hash == resume.hash && !halt.at.IsZero() {
@@ -297,6 +342,12 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		return nil, errSuperseded
 	}
 	e.round, e.last, e.ourIntent = r, nil, ""
+	r.seenAt = e.seenAt
+	if resume != nil || r.seenAt == 0 {
+		r.seenAt = c.moment.Add(1)
+	} else {
+		r.mark = e.mark
+	}
 	if resume != nil {
 		e.ourIntent = resume.text
 	} else if !c.cfg.DryRun {

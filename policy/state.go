@@ -41,10 +41,23 @@ type entry struct {
 	// changed is when a view first showed the data as it is now (for the
 	// change-to-restart histograms).
 	changed time.Time
-	last    *lastLook // the last round's last look, due later (waves.go)
-	exists  bool      // false: a tombstone
-	adopted bool      // r was taken from the first sighting, not from a record
-	seen    uint64    // sequence number of the last event about the object
+	// seenAt is the moment (Controller.moment) changed was set: a pod that
+	// a DELETE sent after it replaced was created after the change was
+	// seen, and is not restarted for it.
+	seenAt uint64
+	// mark places the moment changed was set among pod revisions, where a
+	// round was in progress in the namespace then (mark.go); nil: none.
+	mark *seenMark
+	// changes are the latest data changes seen (StormChanges+1 of them at
+	// most); storm is set, and stormRound (when the latest round begun in
+	// the storm began), by the key's worker (storm.go).
+	changes    []time.Time
+	storm      bool
+	stormRound time.Time
+	last       *lastLook // the last round's last look, due later (waves.go)
+	exists     bool      // false: a tombstone
+	adopted    bool      // r was taken from the first sighting, not from a record
+	seen       uint64    // sequence number of the last event about the object
 }
 
 // step is what a reconcile does next: a row of the table in
@@ -144,7 +157,8 @@ func (e *entry) apply(obj object) verdict {
 	if obj.hash != e.obj.hash || e.changed.IsZero() {
 		e.changed = time.Now()
 	}
-	if r := e.round; r != nil && (v == verdictTheirs || r.hash != obj.hash || r.selector != obj.selector) {
+	if r := e.round; r != nil && (v == verdictTheirs || (r.hash != obj.hash && !r.storm) || r.selector != obj.selector) {
+		// A round begun in a storm goes on for its data (storm.go).
 		e.ended = true // r.hash and r.selector never change: any goroutine may read them
 	}
 	obj.stored = now

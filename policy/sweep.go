@@ -328,7 +328,12 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		}
 		x.listOnly = true
 	}
-	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline))
+	// Any round's DELETE sent after the change was seen.
+	afterSeen := c.budgetOf(obj.namespace).cutoffAfter(ctx, r.seenAt, min(time.Until(deadline), catchUpWait))
+	if rv, ok := r.mark.wait(ctx, min(time.Until(deadline), catchUpWait)); ok {
+		afterSeen = min(afterSeen, rv)
+	}
+	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline), afterSeen)
 	state := make(map[string]podState, len(r.pods))
 	for i, p := range r.pods {
 		state[p.uid] = r.state[i]

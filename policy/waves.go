@@ -109,6 +109,20 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if len(pending) == 0 {
 		return c.completed(ctx, key, obj, r, log)
 	}
+	if wait := c.settleWait(obj, r, view, time.Now()); wait > 0 {
+		// Changes of objects over the same pods may follow: their rounds
+		// begin meanwhile and share the restarts. This one's bound is
+		// taken now (pods created while it settles are not its own), and
+		// its intent written, so that a kill leaves each object's.
+		c.startBound(ctx, obj.namespace, r)
+		if c.needsIntent(key, r) {
+			if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
+				return err
+			}
+		}
+		r.next = wait
+		return errWaiting
+	}
 	others := c.otherRounds(obj.namespace, r)
 	if r.indexed != nil && (c.cfg.Strategy == StrategyEvict || c.cfg.DryRun) {
 		// No answer will carry a revision: the bound is a LIST, sent
@@ -189,11 +203,20 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	if r.listed {
 		return
 	}
+	cutoff := uint64(math.MaxUint64)
+	if x != nil {
+		cutoff, _ = b.seenAfter(r.seenAt) // a DELETE in flight: its replacement may be taken, a restart too many
+		if rv, ok := r.mark.resolved(); ok {
+			cutoff = min(cutoff, rv)
+		}
+	}
 	for _, p := range view {
 		switch {
 		case p.terminating || !p.live() || !r.sel.Matches(p.labels):
 		case c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid):
 			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
+		case cutoff != math.MaxUint64 && createdAfter(x, obj.namespace, p.uid, lists, cutoff):
+			log.Info("leaving pod created after the change was seen", "pod", p.name)
 		case r.only == nil || r.only[p.uid]:
 			r.pods = append(r.pods, p.podRef)
 		}
@@ -208,6 +231,13 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	} else {
 		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	}
+}
+
+// createdAfter: the index saw pod uid created (its ADDED event, in the
+// same list as the view) above revision cutoff.
+func createdAfter(x *podindex.Index, namespace, uid string, lists, cutoff uint64) bool {
+	created, at, known := x.Created(context.Background(), namespace, uid, 0)
+	return known && at == lists && created > cutoff
 }
 
 // nextLook returns when round r, waiting, looks again. Without an index

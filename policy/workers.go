@@ -31,6 +31,9 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
+	c.mu.Lock()
+	c.acting = actCtx
+	c.mu.Unlock()
 	c.queue.setPaused(false)
 	c.enqueueAll()
 	c.releaseAfterSync()
@@ -52,9 +55,13 @@ func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 func (c *Controller) endTerm() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.acting = nil
 	for _, e := range c.entries {
 		e.round, e.ended, e.ourIntent = nil, false, ""
+		e.storm, e.stormRound = false, time.Time{} // the next term judges it anew
 	}
+	clear(c.storms)
+	c.metrics.ObjectsInStorm.Set(0)
 	c.pruneHalted()
 }
 

@@ -341,6 +341,12 @@ var alertCases = map[string]struct{ fires, quiet string }{
 		quiet: `config_watcher_rounds_halted{namespace="a",pod="leader"} 0+0x20
 		        config_watcher_rounds_halted{namespace="a",pod="standby"} 0+0x20`,
 	},
+	"ConfigWatcherChangeStorm": {
+		fires: `config_watcher_objects_in_storm{namespace="a",pod="leader"} 0+0x5 1+0x15
+		        config_watcher_objects_in_storm{namespace="a",pod="standby"} 0+0x20`,
+		quiet: `config_watcher_objects_in_storm{namespace="a",pod="leader"} 0+0x20
+		        config_watcher_objects_in_storm{namespace="a",pod="standby"} 0+0x20`,
+	},
 	"ConfigWatcherReplacementsNotReady": {
 		fires: `config_watcher_replacements_not_ready_total{namespace="a",pod="leader"} 0+0x15 1+0x5`,
 		quiet: `config_watcher_replacements_not_ready_total{namespace="a",pod="leader"} 0+0x20`,

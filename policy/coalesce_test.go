@@ -1,0 +1,215 @@
+package policy
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestPodCreatedAfterChangeSeenIsNotRestartedForIt ensures a pod created
+// after a change was seen is not restarted for it, whichever object's round
+// created it: two ConfigMaps over the same pods change together; the round
+// that goes first replaces the pods both select, and the other round
+// restarts only the pods it alone selects, not those replacements (they
+// run both new data). Each original pod is restarted once.
+func TestPodCreatedAfterChangeSeenIsNotRestartedForIt(t *testing.T) {
+	front := map[string]string{"app": "web", "tier": "front"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: front},
+		&fakePod{name: "web-2", uid: "uid-2", labels: front},
+		&fakePod{name: "web-3", uid: "uid-3", labels: map[string]string{"app": "web"}})
+	x := mirror(t, api, api.replacement)
+	cfg := withIndex(Config{RecordHash: true, Workers: 1}, x)
+	c, m := newTestController(t, api.client(), cfg)
+
+	// Both changes are seen before either round begins.
+	handle(t, c, watch.Modified, cmSpec{name: "front", uid: "uid-cm-front", selector: ptr("app=web,tier=front"), recorded: hashOf(t, v1), data: v2})
+	handle(t, c, watch.Modified, cmSpec{name: "web", uid: "uid-cm-web", selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	start(t, c)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, 1e6)
+	settle(t, c)
+
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods(), "each pod once; no replacement")
+	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// settleTest is three ConfigMaps, a, b and c, over the same three pods of
+// a ReplicaSet that replaces each pod deleted, with SETTLE.
+func settleTest(t *testing.T, settle time.Duration) (*fakeAPI, *Controller, *Metrics) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web},
+		&fakePod{name: "web-3", uid: "uid-3", labels: web})
+	x := mirror(t, api, api.replacement)
+	cfg := withIndex(Config{RecordHash: true, Settle: settle}, x)
+	c, m := newTestController(t, api.client(), cfg)
+	return api, c, m
+}
+
+func settleSpec(name string) cmSpec {
+	return cmSpec{name: name, uid: "uid-cm-" + name, selector: ptr("app=web")}
+}
+
+// TestSettleRestartsEachPodOnceForChangesTogether ensures SETTLE makes
+// changes of three objects over the same pods, 30 ms apart, restart each
+// pod once, not once per object, and that each object records its own R.
+// Without it (the second run) the first round restarts the pods before
+// the second change is seen, and its replacements, which run the first
+// object's new data but the others' old, are restarted again.
+func TestSettleRestartsEachPodOnceForChangesTogether(t *testing.T) {
+	for _, tt := range []struct {
+		settle      time.Duration
+		wantRemoved int
+	}{{settle: 300 * time.Millisecond, wantRemoved: 3}, {settle: 0, wantRemoved: 9}} {
+		t.Run("settle="+tt.settle.String(), func(t *testing.T) {
+			api, c, m := settleTest(t, tt.settle)
+			start(t, c)
+			for _, name := range []string{"a", "b", "c"} {
+				s := settleSpec(name)
+				s.recorded, s.data = hashOf(t, v1), v2
+				handle(t, c, watch.Modified, s)
+				if tt.settle == 0 {
+					// The first rounds end before the next change.
+					require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == uint64(name[0]-'a')+1 }, waitFor, time.Millisecond)
+				} else {
+					time.Sleep(30 * time.Millisecond) // the changes' pace is the scenario
+				}
+			}
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 3 }, waitFor, time.Millisecond)
+			settle(t, c)
+			assert.Len(t, api.removedPods(), tt.wantRemoved, "%v", api.removedPods())
+			assert.Len(t, api.recordedHashes(), 3, "each object records its own R")
+		})
+	}
+}
+
+// TestSettleKillBetweenTwoIntentsRestartsEachPodOnce ensures a controller
+// killed between two objects' intents (a's written over the three pods, b's
+// not yet) leaves states of the table that the next controller resolves
+// with each pod restarted once: a resumes its intent, b begins a round,
+// and whichever goes first, the other restarts neither the pods it
+// restarted nor their replacements.
+func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
+	api, c, m := settleTest(t, 100*time.Millisecond)
+	a := settleSpec("a")
+	a.recorded, a.data, a.intent = hashOf(t, v1), v2, hashOf(t, v2)+"/uid-1,uid-2,uid-3"
+	b := settleSpec("b")
+	b.recorded, b.data = hashOf(t, v1), v2
+	handle(t, c, watch.Added, a)
+	handle(t, c, watch.Added, b)
+	start(t, c)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
+	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// TestChangeDuringARoundRestartsEachPodOnceForBoth ensures that when object
+// b's change arrives while object a's round over the same Ready pods runs in
+// waves, a pod a has not restarted yet is restarted once for both, a's
+// replacement made before b's change is restarted for b (it runs b's old
+// data), and no replacement made after it is restarted by either; both
+// objects record, and the shared budget (one pod at a time) holds.
+func TestChangeDuringARoundRestartsEachPodOnceForBoth(t *testing.T) {
+	api := newFakeAPI(t, owned("web", 4)...)
+	x := mirror(t, api, api.replacement) // replacements start not Ready
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour, Workers: 2}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	start(t, c)
+	spec := func(name string) cmSpec {
+		return cmSpec{name: name, uid: "uid-cm-" + name, selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2}
+	}
+	// The kubelet's part: a replacement not Ready becomes Ready.
+	readyOne := func() bool {
+		api.mu.Lock()
+		var p *fakePod
+		for _, q := range api.pods {
+			if !q.ready && !q.terminating {
+				p = q
+			}
+		}
+		if p != nil {
+			api.revision++
+			p.ready, p.version, p.readySince = true, api.revision, time.Now()
+		}
+		api.mu.Unlock()
+		if p != nil {
+			x.Handle(podEvent(t, watch.Modified, *p))
+		}
+		return p != nil
+	}
+
+	handle(t, c, watch.Modified, spec("a"))
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 1 }, waitFor, time.Millisecond)
+	first := api.removedPods()[0]
+	handle(t, c, watch.Modified, spec("b")) // a's replacement of first exists, not Ready
+	require.Eventually(t, func() bool {
+		readyOne()
+		return m.Reconciles.Value(resultRestarted) == 2
+	}, waitFor, 5*time.Millisecond)
+	settle(t, c)
+
+	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-3", "web-4", first + "r"}, api.removedPods(),
+		"the originals once, a's replacement made before b's change once, none made after it")
+	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements ensures the
+// issue's case: a change seen while the same object's DELETEs are in flight
+// (a slow server) is acted on once they are answered, and the replacements
+// they make, created after the change was seen, are not restarted for it:
+// the moment it was seen is marked by a pod LIST sent then (a round of the
+// namespace was in progress). Each pod is restarted once, not twice.
+func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web})
+	api.listsAtRevision = true
+	x := mirror(t, api, api.replacement)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server closes: a failed check must not hang on held DELETEs
+	var held atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			held.Add(1)
+			<-release // the server carries the DELETE out later
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return held.Load() == 2 }, waitFor, time.Millisecond, "both DELETEs in flight")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v3})
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.entries {
+			if _, ok := e.mark.resolved(); ok {
+				return true
+			}
+		}
+		return false
+	}, waitFor, time.Millisecond, "the mark's LIST answered before the DELETEs")
+	free()
+	require.Eventually(t, func() bool {
+		rs := api.recordedHashes()
+		return len(rs) > 0 && rs[len(rs)-1] == hashOf(t, v3)
+	}, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2"}, api.removedPods(), "the replacements, made after v3 was seen, run it")
+	assert.Zero(t, m.Reconciles.Value(resultError))
+}

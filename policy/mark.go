@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// A change seen while a round of the same namespace is in flight may be
+// acted on later than it was seen: its worker is busy (the same object's
+// round, its restarts in flight), or waits (SETTLE). Meanwhile that round's
+// replacements are created, after the change was seen, and run its data.
+// To tell them apart the moment it was seen is placed among pod revisions
+// by a consistent pod LIST with limit=1 sent right after it (a mark): every
+// pod created before the moment has a lower revision. Pod revisions and a
+// ConfigMap's are never compared; the index's own revision at that moment
+// would not do either, for its watch may be milliseconds behind, and a pod
+// created just before the change would then be left on the old data. No
+// round in flight, no mark: the round begins at once and its own bound
+// decides, with no LIST more than before.
+
+// seenMark is the revision of a pod LIST sent after a change was seen; rv
+// is set (0: the LIST failed, or its revision is not a number) before done
+// is closed.
+type seenMark struct {
+	done chan struct{}
+	rv   uint64
+}
+
+// resolved returns the mark's revision if its LIST has answered.
+func (m *seenMark) resolved() (uint64, bool) {
+	if m == nil {
+		return 0, false
+	}
+	select {
+	case <-m.done:
+		return m.rv, m.rv != 0
+	default:
+		return 0, false
+	}
+}
+
+// wait returns the mark's revision, waiting up to wait for its LIST.
+func (m *seenMark) wait(ctx context.Context, wait time.Duration) (uint64, bool) {
+	if m == nil {
+		return 0, false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-m.done:
+		return m.rv, m.rv != 0
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return 0, false
+}
+
+// marker sends the marks of one namespace, one LIST for all those noted
+// before it is sent.
+type marker struct {
+	waiting []*seenMark
+	running bool
+}
+
+// noteSeen returns a mark for a change of namespace seen now, and sends
+// its LIST, if this replica acts and a round of the namespace is in
+// progress; else nil. c.mu must be held: it never blocks.
+func (c *Controller) noteSeen(namespace string) *seenMark {
+	ctx := c.acting
+	if ctx == nil || c.indexFor(namespace) == nil || !c.roundIn(namespace) {
+		return nil
+	}
+	m := &seenMark{done: make(chan struct{})}
+	mk := c.markers[namespace]
+	if mk == nil {
+		mk = &marker{}
+		c.markers[namespace] = mk
+	}
+	mk.waiting = append(mk.waiting, m)
+	if !mk.running {
+		mk.running = true
+		go c.sendMarks(ctx, namespace, mk)
+	}
+	return m
+}
+
+// roundIn: a round of namespace is in progress. c.mu must be held.
+func (c *Controller) roundIn(namespace string) bool {
+	for _, e := range c.entries {
+		if e.round != nil && e.obj.namespace == namespace {
+			return true
+		}
+	}
+	return false
+}
+
+// sendMarks sends a LIST for the marks waiting, again while more come.
+func (c *Controller) sendMarks(ctx context.Context, namespace string, mk *marker) {
+	for {
+		c.mu.Lock()
+		batch := mk.waiting
+		mk.waiting = nil
+		if len(batch) == 0 {
+			mk.running = false
+			if c.markers[namespace] == mk {
+				delete(c.markers, namespace)
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		var rv uint64
+		if text, err := c.listRevision(ctx, namespace); err == nil {
+			rv, _ = strconv.ParseUint(text, 10, 64)
+		}
+		for _, m := range batch {
+			m.rv = rv
+			close(m.done)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/events"
+)
+
+// The storm guard. An object whose data changes more than StormChanges
+// times within StormWindow (a Certificate re-issued in a loop, two
+// operators fighting over one ConfigMap) would have its pods restarted as
+// fast as they become Ready, for as long as it flaps. In a storm it gets at
+// most one round per StormWindow, for the data of the moment that round
+// begins; a round begun in a storm is not superseded by the next data
+// change (its wave in flight and the rest of its pods finish, so that they
+// reach the data of each window), and it records the data it restarted
+// for: R differs from D, and the next window's round takes it from there.
+// Once the data has been quiet for StormWindow the storm ends, and one
+// round brings every pod to the last data. The observers note when data
+// changed (entry.changes); the worker of the key judges the storm
+// (judgeStorm), so a standby reports none.
+//
+// Apart from that, restartTokens caps the restart requests of every round
+// together (MAX_RESTARTS_PER_SECOND).
+
+// noteChange notes a data change seen at now, keeping the latest
+// StormChanges+1: more than StormChanges within StormWindow is a storm.
+// c.mu must be held.
+func (c *Controller) noteChange(e *entry, now time.Time) {
+	if c.cfg.StormChanges <= 0 {
+		return
+	}
+	if len(e.changes) > c.cfg.StormChanges {
+		e.changes = append(e.changes[:0], e.changes[1:]...)
+	}
+	e.changes = append(e.changes, now)
+}
+
+// stormNews is what judgeStorm found changed, said outside c.mu.
+type stormNews uint8
+
+const (
+	stormSame stormNews = iota
+	stormBegan
+	stormEnded
+)
+
+// judgeStorm updates whether the entry of key is in a storm, and keeps
+// the gauge. It returns the news and, while the storm lasts, how long until
+// it may end (the worker looks again then). c.mu must be held.
+func (c *Controller) judgeStorm(key string, e *entry, now time.Time) (stormNews, time.Duration) {
+	if c.cfg.StormChanges <= 0 || len(e.changes) == 0 {
+		return stormSame, 0
+	}
+	window := c.cfg.StormWindow
+	last := e.changes[len(e.changes)-1]
+	news := stormSame
+	switch {
+	case !e.storm && len(e.changes) > c.cfg.StormChanges && last.Sub(e.changes[0]) < window && now.Sub(last) < window:
+		// The changes' own times: a worker that looks late still sees the storm.
+		e.storm, e.stormRound = true, time.Time{}
+		c.storms[key] = true
+		news = stormBegan
+	case e.storm && now.Sub(last) >= window:
+		e.storm = false
+		delete(c.storms, key)
+		news = stormEnded
+	}
+	c.metrics.ObjectsInStorm.Set(float64(len(c.storms)))
+	if !e.storm {
+		return news, 0
+	}
+	return news, last.Add(window).Sub(now)
+}
+
+// sayStorm logs and records an Event for news of obj's storm.
+func (c *Controller) sayStorm(obj object, news stormNews) {
+	log := c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name)
+	switch news {
+	case stormBegan:
+		log.Warn("data change storm: restarting pods at most once per window", "changes", c.cfg.StormChanges, "window", c.cfg.StormWindow)
+		c.event(obj, events.Warning, "ChangeStorm", fmt.Sprintf("The data changed more than %d times within %s: its pods are restarted at most once per %s, for the data of that moment, until the data has been quiet for %s. Check what keeps changing it.",
+			c.cfg.StormChanges, c.cfg.StormWindow, c.cfg.StormWindow, c.cfg.StormWindow))
+	case stormEnded:
+		log.Info("data change storm ended", "window", c.cfg.StormWindow)
+		c.event(obj, events.Normal, "ChangeStormEnded", fmt.Sprintf("The data has been quiet for %s: the storm is over, and its pods are brought to the last data.", c.cfg.StormWindow))
+	}
+}
+
+// stormGate returns how long a new round of the entry must wait: in a
+// storm, until StormWindow after the last round begun in it. A round that
+// may begin now is marked begun. c.mu must be held.
+func (c *Controller) stormGate(e *entry, now time.Time) time.Duration {
+	if !e.storm {
+		return 0
+	}
+	if !e.stormRound.IsZero() {
+		if wait := e.stormRound.Add(c.cfg.StormWindow).Sub(now); wait > 0 {
+			return wait
+		}
+	}
+	e.stormRound = now
+	return 0
+}
+
+// tokenBucket allows rate events a second on average and burst at once:
+// MAX_RESTARTS_PER_SECOND over every round's restart requests. (The
+// product depends on the standard library, gjson and backoff only: a few
+// lines here instead of golang.org/x/time/rate.)
+type tokenBucket struct {
+	mu     sync.Mutex
+	rate   float64 // tokens a second
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newTokenBucket(rate, burst int) *tokenBucket {
+	return &tokenBucket{rate: float64(rate), burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// wait takes a token, waiting until there is one or ctx is done. The
+// caller holds its restart's in-flight reservation, never a lock.
+func (b *tokenBucket) wait(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		now := time.Now()
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+		if b.tokens >= 1 {
+			b.tokens--
+			b.mu.Unlock()
+			return nil
+		}
+		need := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+		b.mu.Unlock()
+		t := time.NewTimer(need)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package policy
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// stormTest is a controller with the storm guard over two bare pods that
+// their "ReplicaSet" replaces when deleted, and a ConfigMap whose data
+// change n sets.
+type stormTest struct {
+	api *fakeAPI
+	c   *Controller
+	m   *Metrics
+	rec *fakeRecorder
+}
+
+func newStormTest(t *testing.T, changes int, window time.Duration) *stormTest {
+	web := map[string]string{"app": "webapp"}
+	api := newFakeAPI(t, &fakePod{name: "webapp-1", uid: "uid-1", labels: web}, &fakePod{name: "webapp-2", uid: "uid-2", labels: web})
+	api.afterDelete = func(p fakePod) { api.replacement(p) }
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, Events: rec, StormChanges: changes, StormWindow: window})
+	start(t, c)
+	handle(t, c, watch.Added, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
+	settle(t, c)
+	return &stormTest{api: api, c: c, m: m, rec: rec}
+}
+
+func stormData(n int) map[string]string {
+	return map[string]string{"message": "change " + strconv.Itoa(n)}
+}
+
+func (s *stormTest) change(t *testing.T, n int) {
+	handle(t, s.c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: stormData(n)})
+}
+
+func (s *stormTest) count(reason string) int {
+	n := 0
+	for _, e := range s.rec.all() {
+		if e.reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStormRestartsAtMostOncePerWindow ensures an object whose data changes
+// more than STORM_CHANGES times within STORM_WINDOW says so once (a
+// ChangeStorm Event, the gauge), has its pods restarted at most once per
+// window while the storm lasts, and, once its data has been quiet for the
+// window, says so (ChangeStormEnded, the gauge back to 0) and brings every
+// pod to the last data.
+func TestStormRestartsAtMostOncePerWindow(t *testing.T) {
+	const window = 300 * time.Millisecond
+	s := newStormTest(t, 3, window)
+
+	const changes = 40
+	began := time.Now()
+	tick := time.NewTicker(window / 10) // the storm: a change every 30 ms
+	defer tick.Stop()
+	for n := 1; n <= changes; n++ {
+		s.change(t, n)
+		if n == 5 {
+			require.Eventually(t, func() bool { return s.m.ObjectsInStorm.Value() == 1 }, waitFor, time.Millisecond, "in a storm")
+		}
+		<-tick.C
+	}
+	stormFor := time.Since(began)
+
+	last := hashOf(t, stormData(changes))
+	require.Eventually(t, func() bool { return s.count("ChangeStormEnded") == 1 }, waitFor, time.Millisecond)
+	require.Eventually(t, func() bool {
+		rs := s.api.recordedHashes()
+		return len(rs) > 0 && rs[len(rs)-1] == last
+	}, waitFor, time.Millisecond, "every pod brought to the last data")
+	settle(t, s.c)
+
+	assert.Equal(t, 1, s.count("ChangeStorm"), "one storm, said once")
+	assert.Zero(t, s.m.ObjectsInStorm.Value())
+	// Rounds: the first STORM_CHANGES changes' (before the storm), one per
+	// window begun while it lasted, and the last one after it.
+	windows := int(stormFor/window) + 1
+	most := 2 * (3 + windows + 1)
+	deleted := len(s.api.removedPods())
+	assert.LessOrEqual(t, deleted, most, "pod deletions for %d changes over %s", changes, stormFor)
+	assert.Less(t, deleted, 2*changes/2, "far fewer than a round per change")
+}
+
+// TestStormThatNeverEndsBringsPodsToEachWindowsData ensures a round begun
+// in a storm is not superseded by the storm's next change: while the data
+// never stops changing, rounds still finish and record, each for the data
+// of the moment it began, so the pods reach it.
+func TestStormThatNeverEndsBringsPodsToEachWindowsData(t *testing.T) {
+	const window = 200 * time.Millisecond
+	s := newStormTest(t, 3, window)
+	s.c.cfg.MaxConcurrentRestarts = 1
+	s.api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			time.Sleep(30 * time.Millisecond) // a slow server: a round outlasts several changes
+		}
+		return 0, "", false
+	}
+	hashes := map[string]int{}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	recordedInStorm := func() int {
+		n := 0
+		for _, h := range s.api.recordedHashes() {
+			if i, ok := hashes[h]; ok && i > 3 {
+				n++
+			}
+		}
+		return n
+	}
+	for n := 1; recordedInStorm() < 3; n++ {
+		require.Less(t, n, 3000, "no round finished in the storm") // 30 s
+		hashes[hashOf(t, stormData(n))] = n
+		s.change(t, n)
+		<-tick.C
+	}
+	assert.Equal(t, 1, s.count("ChangeStorm"))
+	assert.Zero(t, s.count("ChangeStormEnded"), "the storm goes on")
+	assert.Equal(t, float64(1), s.m.ObjectsInStorm.Value())
+}
+
+// TestStormGuardOffRestartsForEveryChange ensures STORM_CHANGES=0 keeps the
+// behaviour without a guard: no Event, no gauge.
+func TestStormGuardOffRestartsForEveryChange(t *testing.T) {
+	s := newStormTest(t, 0, time.Minute)
+	for n := 1; n <= 6; n++ {
+		s.change(t, n)
+		require.Eventually(t, func() bool {
+			rs := s.api.recordedHashes()
+			return len(rs) > 0 && rs[len(rs)-1] == hashOf(t, stormData(n))
+		}, waitFor, time.Millisecond)
+	}
+	assert.Zero(t, s.count("ChangeStorm"))
+	assert.Len(t, s.api.removedPods(), 12, "each change restarts both pods")
+}
+
+// TestRestartTokensBurstThenWait ensures MAX_RESTARTS_PER_SECOND's bucket
+// gives its burst at once, then makes the next restart wait for a token (here
+// cut short by its context, as a shutdown does), and that a token comes
+// back at the rate.
+func TestRestartTokensBurstThenWait(t *testing.T) {
+	b := newTokenBucket(1, 3)
+	for range 3 {
+		require.NoError(t, b.wait(context.Background()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, b.wait(ctx), context.DeadlineExceeded, "the fourth within a second waits")
+
+	fast := newTokenBucket(1000, 1)
+	require.NoError(t, fast.wait(context.Background()))
+	require.NoError(t, fast.wait(context.Background()), "a token comes back at the rate")
+}
+
+// TestStormChangesKeptAreBounded ensures an entry keeps at most
+// STORM_CHANGES+1 change times, however many changes it sees.
+func TestStormChangesKeptAreBounded(t *testing.T) {
+	c, _ := newTestController(t, newFakeAPI(t).client(), Config{StormChanges: 5, StormWindow: time.Minute})
+	e := &entry{}
+	now := time.Now()
+	for i := range 1000 {
+		c.noteChange(e, now.Add(time.Duration(i)))
+	}
+	assert.Len(t, e.changes, 6)
+	assert.True(t, slices.IsSortedFunc(e.changes, func(a, b time.Time) int { return a.Compare(b) }))
+}
+
+// TestStormGaugeIsZeroOnAStandby ensures a replica that stops leading
+// reports no object in a storm, and a standby that sees the changes judges
+// none: only the leader's worker does.
+func TestStormGaugeIsZeroOnAStandby(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	api := newFakeAPI(t, &fakePod{name: "webapp-1", uid: "uid-1", labels: web})
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Events: rec, StormChanges: 2, StormWindow: time.Minute})
+	change := func(n int) {
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: stormData(n)})
+	}
+	for n := 1; n <= 4; n++ { // standing by: no worker runs
+		change(n)
+	}
+	assert.Zero(t, m.ObjectsInStorm.Value(), "a standby judges no storm")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		c.Lead(ctx, func() time.Duration { return 0 })
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return m.ObjectsInStorm.Value() == 1 }, waitFor, time.Millisecond, "the leader judges the changes it was shown")
+	cancel()
+	<-done
+	assert.Zero(t, m.ObjectsInStorm.Value(), "0 once it stands by again")
+	assert.Equal(t, 1, func() int {
+		n := 0
+		for _, e := range rec.all() {
+			if e.reason == "ChangeStorm" {
+				n++
+			}
+		}
+		return n
+	}())
+}
