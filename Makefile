@@ -53,8 +53,8 @@ vet: ## go vet, e2e files included; actionlint on .github/workflows
 unit: ## unit tests with the race detector, every fuzz target's seed corpus included (about 1 min)
 	$(GO) test -race ./...
 
-compose-check: ## validate docker-compose.yaml offline (no engine needed)
-	bash hack/check-compose.sh
+compose-check: ## docker-compose.yaml through compose-go, Docker Compose's own loader (hack/compose, a module of its own): both profiles and the checks the schema cannot make; offline
+	cd hack/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 test: vet unit image-test monitoring-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, e2e, e2e-node (root; about 15 min warm)
 
