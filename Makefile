@@ -97,7 +97,7 @@ bench: ## config-watcher vs the book's script and a client-go informer on a fres
 bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 5 min
 	bash bench/waves.sh
 
-bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 pods changed together (SETTLE=1s and 0s), and a 30 s storm, beside the informer; fresh control plane, about 7 min
+bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 pods changed together (SETTLE=1s and 0s), and a 30 s storm, beside the informer; fresh control plane, about 6 min
 	bash bench/coalesce.sh
 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails

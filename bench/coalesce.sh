@@ -22,7 +22,7 @@
 # A scripted measurement, not a test. Prints progress, then a table, also written with the
 # raw rows to $BENCH_RESULTS/coalesce/ (default bench/results/coalesce/).
 #
-#   bench/coalesce.sh (make bench-coalesce)  on a fresh control plane of its own, about 7 minutes
+#   bench/coalesce.sh (make bench-coalesce)  on a fresh control plane of its own, about 6 minutes
 #   called by bench/run.sh                   on run.sh's control plane, with its binaries (BENCH_WORK)
 set -euo pipefail
 
