@@ -28,7 +28,7 @@ IMAGE     ?= ghcr.io/k8spatterns/config-watcher
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -91,11 +91,14 @@ e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and r
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 35 min: 18, then 20 for the cluster-scale rows); see BENCHMARKS.md
+bench: ## config-watcher vs the book's script and a client-go informer on a fresh control plane (about 45 min: 24, then 20 for the cluster-scale rows); see BENCHMARKS.md
 	bash bench/run.sh
 
 bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 5 min
 	bash bench/waves.sh
+
+bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 pods changed together (SETTLE=1s and 0s), and a 30 s storm, beside the informer; fresh control plane, about 6 min
+	bash bench/coalesce.sh
 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh

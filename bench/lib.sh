@@ -33,7 +33,7 @@ build_at() {
 	rm -rf "$src"
 }
 
-# The scripts run.sh also calls (memory.sh, waves.sh) run on run.sh's control plane with its
+# The scripts run.sh also calls (memory.sh, waves.sh, coalesce.sh) run on run.sh's control plane with its
 # binaries (BENCH_WORK), or alone on their own. For the latter:
 #
 # sub_work NAME sets work to BENCH_WORK, or to a new dir of this script's own (own_work=1).

@@ -32,8 +32,12 @@
 #            against the informer watching both kinds
 #   waves    bench/waves.sh: 100 Deployment pods made Ready 1 s after they appear, rolled
 #            with MAX_UNAVAILABLE=25% and 100%: rollout time, lowest Ready count, first restart
+#   coalesce bench/coalesce.sh: restarts per pod, config-watcher beside the informer, for three
+#            ConfigMaps over 12 pods changed within 0.2 s (config-watcher with SETTLE=1s and
+#            0s) and for a storm (one ConfigMap over 4 pods changed every second for 30 s;
+#            STORM_CHANGES=5, STORM_WINDOW=1m: until every pod is on the last data)
 #
-# About 18 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
+# About 24 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
 # Then bench/scale.sh, on a control plane of its own (about 20 minutes more): RSS, start
 # and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
@@ -221,6 +225,9 @@ BENCH_MEM_BEFORE="${BENCH_MEM_BEFORE-${BASE:-main}}" BENCH_WORK="$work" BENCH_RE
 step "restarts in waves: MAX_UNAVAILABLE=25% against 100% (bench/waves.sh)"
 BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/waves.sh"
 
+step "changes together and a storm: restarts per pod, config-watcher and the informer (bench/coalesce.sh)"
+BENCH_WORK="$work" BENCH_RESULTS="$RESULTS" "$bench_dir/coalesce.sh"
+
 # metrics.csv got its header from the first benchtool row; the sizes go last.
 cat "$RESULTS/metrics.csv.tmp" >>"$RESULTS/metrics.csv"
 rm -f "$RESULTS/metrics.csv.tmp"
@@ -235,4 +242,4 @@ if [[ ${BENCH_SCALE:-1} != 0 ]]; then
 	"$repo/hack/cluster.sh" down
 	BENCH_SCALE_BASE="${BENCH_SCALE_BASE:-$BASE}" BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
 fi
-cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png"
+cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png, restarts per pod: $RESULTS/coalesce/summary.md"

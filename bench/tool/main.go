@@ -22,6 +22,8 @@
 //	benchtool standin   -api URL -ns NS -delay D              the kubelet's readiness: selected pods Ready D after they appear
 //	benchtool rollout   -api URL -ns NS -audit F -setting S   one data change: time until every selected pod is new and Ready
 //	benchtool waves-summary -dir D                           the waves table (rollout.csv, latency.csv)
+//	benchtool coalesce  -api URL -ns NS -audit F -scenario S  changes together, or a storm: pod deletions per pod
+//	benchtool coalesce-summary -dir D                        the coalescing table (coalesce.csv)
 //	benchtool spread    -dirs D1,D2,D3                       each headline ratio per run, and its spread
 package main
 
@@ -32,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|secrets|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary|spread [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool ns|create|secrets|pods|latency|burst|spawn|quiesce|mem|cpu|idle|chart|summary|listprobe|floor|meter|standin|rollout|waves-summary|coalesce|coalesce-summary|spread [flags]")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
@@ -40,6 +42,7 @@ func main() {
 		"burst": cmdBurst, "spawn": cmdSpawn, "quiesce": cmdQuiesce, "mem": cmdMem, "cpu": cmdCPU,
 		"idle": cmdIdle, "chart": cmdChart, "summary": cmdSummary, "listprobe": cmdListProbe, "floor": cmdFloor, "meter": cmdMeter,
 		"standin": cmdStandin, "rollout": cmdRollout, "waves-summary": cmdWavesSummary, "spread": cmdSpread,
+		"coalesce": cmdCoalesce, "coalesce-summary": cmdCoalesceSummary,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {

@@ -21,11 +21,12 @@ type headline struct {
 
 // runResults is what one `make bench` run wrote.
 type runResults struct {
-	lat    map[string][]float64
-	m      map[string]map[string]float64
-	volume map[string]float64   // controller -> peak RSS at start with the most 900 KB ConfigMaps in one namespace
-	waves  map[string][]float64 // MAX_UNAVAILABLE -> rollout times (s)
-	first  map[string][]float64 // MAX_UNAVAILABLE -> first restart in each rollout (ms)
+	lat      map[string][]float64
+	m        map[string]map[string]float64
+	volume   map[string]float64   // controller -> peak RSS at start with the most 900 KB ConfigMaps in one namespace
+	waves    map[string][]float64 // MAX_UNAVAILABLE -> rollout times (s)
+	first    map[string][]float64 // MAX_UNAVAILABLE -> first restart in each rollout (ms)
+	coalesce []*coalesceRow       // coalesce/coalesce.csv, if the run has one
 }
 
 // wavesRatio is the ratio of two rollout settings' medians of one figure.
@@ -97,6 +98,9 @@ var headlines = []headline{
 	{"waves: 100 pods rolled, median, 25% / 100%", wavesRatio(rollouts, "25%", "100%")},
 	{"waves: 100 pods rolled, median, 25% / the Deployment's rolling update", wavesRatio(rollouts, "25%", deploymentRollout)},
 	{"waves: first restart of 100 Ready pods, median, 25% / 100%", wavesRatio(firstRestarts, "25%", "100%")},
+	{"restarts per pod, overlapping, cw SETTLE=1s / informer", coalesceRatio("overlapping", "config-watcher SETTLE=1s", "informer")},
+	{"restarts per pod, overlapping, cw SETTLE=0s / informer", coalesceRatio("overlapping", "config-watcher SETTLE=0s", "informer")},
+	{"restarts per pod, storm, cw / informer", coalesceRatio("storm", "config-watcher", "informer")},
 }
 
 // deploymentRollout is the reference row's setting in rollout.csv (bench/waves.sh).
@@ -145,7 +149,8 @@ func cmdSpread(args []string) error {
 }
 
 // loadResults reads what spread needs of a run: loadRun's figures, the volume
-// rows of memory.csv and the waves rollouts.
+// rows of memory.csv, the waves rollouts and the coalescing rows (bench/coalesce.sh;
+// a run without them shows n/a).
 func loadResults(dir string) (runResults, error) {
 	lat, m, _, err := loadRun(dir)
 	if err != nil {
@@ -188,5 +193,6 @@ func loadResults(dir string) (runResults, error) {
 		r.waves[row[0]] = append(r.waves[row[0]], s)
 		r.first[row[0]] = append(r.first[row[0]], ms)
 	}
-	return r, nil
+	r.coalesce, err = loadCoalesce(dir)
+	return r, err
 }
