@@ -32,7 +32,14 @@ func start(t *testing.T, c *Controller) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, c.queue.active, waitFor, time.Millisecond)
+	// Under c.mu: Lead queues the keys that need action under the same
+	// hold that makes the queue active, so settle cannot find it idle
+	// before they are queued.
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.queue.active()
+	}, waitFor, time.Millisecond)
 }
 
 // settle waits until every queued ConfigMap has been reconciled.

@@ -31,11 +31,14 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) Lead(ctx context.Context, grace func() time.Duration) {
 	actCtx, cancelAct := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAct()
+	// The queue takes keys and every key that needs action is queued
+	// under one hold of c.mu: whoever sees the term begun (under c.mu)
+	// sees its keys queued.
 	c.mu.Lock()
 	c.acting = actCtx
-	c.mu.Unlock()
 	c.queue.setPaused(false)
 	c.enqueueAll()
+	c.mu.Unlock()
 	c.releaseAfterSync()
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
@@ -67,10 +70,8 @@ func (c *Controller) endTerm() {
 
 // enqueueAll queues every known ConfigMap that needs action, for a new
 // leader: it may have stood by while changes were made (the queue takes
-// nothing while no term runs).
+// nothing while no term runs). c.mu must be held.
 func (c *Controller) enqueueAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for key, e := range c.entries {
 		if e.exists && e.decide(c.recordsOnServer()) != stepNothing {
 			c.queue.Add(key) // lock order: c.mu, then the queue's
