@@ -20,7 +20,7 @@
 #                ended so. BENCH_COALESCE_STORM_RUNS (1) runs each
 #
 # A scripted measurement, not a test. Prints progress, then a table, also written with the
-# raw rows to $BENCH_RESULTS/coalesce/ (default bench/results/coalesce/).
+# raw rows to $BENCH_RESULTS/coalesce/ (alone: bench/results/alone/coalesce/).
 #
 #   bench/coalesce.sh (make bench-coalesce)  on a fresh control plane of its own, about 6 minutes
 #   called by bench/run.sh                   on run.sh's control plane, with its binaries (BENCH_WORK)

@@ -2,7 +2,8 @@
 # The preamble the bench scripts share: hack/lib.sh, the tools they need, where
 # results go, and progress lines. Source it; do not run it.
 #
-#   BENCH_RESULTS   where raw results and charts go (default bench/results)
+#   BENCH_RESULTS   where raw results and charts go: set by bench/campaign.sh; a script run
+#                   alone writes to bench/results/alone (not kept in git)
 
 bench_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$bench_dir")"
@@ -11,7 +12,7 @@ source "$repo/hack/lib.sh"
 
 # For the scripts that source this file:
 # shellcheck disable=SC2034
-RESULTS="${BENCH_RESULTS:-$bench_dir/results}"
+RESULTS="${BENCH_RESULTS:-$bench_dir/results/alone}"
 # shellcheck disable=SC2034
 bench_start=$SECONDS
 

@@ -27,7 +27,7 @@
 #             measured start finds its records written, as a restarted controller does.
 #
 # A scripted measurement, not a test. Prints progress, then tables, also written to
-# $BENCH_RESULTS (default bench/results): memory.{csv,md} and memory-podindex.csv
+# $BENCH_RESULTS (alone: bench/results/alone): memory.{csv,md} and memory-podindex.csv
 # (volume, podindex), memory-secrets.{csv,md} (secrets); a part not run leaves its
 # files alone.
 #

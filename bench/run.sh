@@ -4,7 +4,7 @@
 # (bench/informer/), on a fresh local control plane of its own (hack/cluster.sh, in a
 # new state dir, stopped at the end), all through the same kubectl proxy.
 # A scripted measurement, not a test: it prints progress and a table, and writes
-# the raw results and a chart to bench/results/ (or $BENCH_RESULTS).
+# the raw results and a chart to $BENCH_RESULTS (a run of bench/campaign.sh).
 #
 #   latency  each controller alone, in its own namespace: BENCH_CHANGES data changes
 #            (default 40), one at a time, of a ConfigMap selecting a Deployment's one Ready
@@ -39,10 +39,8 @@
 #
 # About 24 minutes on 2 cores. Needs what `make test` needs, plus curl and jq.
 #
-# Then bench/scale.sh, on a control plane of its own (about 20 minutes more): RSS, start
-# and API load with WATCH_NAMESPACE=* against the cluster's pods (0 to 50,000), pod index
-# on and off, and the informer; results in scale.csv and scale-idle.csv. BENCH_SCALE=0
-# skips it.
+# bench/campaign.sh (`make bench`) runs this several times, then bench/scale.sh (RSS, start
+# and API load with WATCH_NAMESPACE=* against the cluster's pods, 0 to 50,000).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -237,9 +235,4 @@ step "results ($RESULTS)"
 bt chart -in "$RESULTS/latency.csv" -out "$RESULTS/latency.png"
 bt summary -dir "$RESULTS" | tee "$RESULTS/summary.md"
 
-if [[ ${BENCH_SCALE:-1} != 0 ]]; then
-	step "cluster scale (bench/scale.sh), on a control plane of its own"
-	"$repo/hack/cluster.sh" down
-	BENCH_SCALE_BASE="${BENCH_SCALE_BASE:-$BASE}" BENCH_RESULTS="$RESULTS" bash "$bench_dir/scale.sh"
-fi
 cw_log "bench finished in $(cw_elapsed $((SECONDS - bench_start))); raw data: $RESULTS/{latency.csv,metrics.csv,machine.txt}, chart: $RESULTS/latency.png, restarts per pod: $RESULTS/coalesce/summary.md"

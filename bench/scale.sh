@@ -2,7 +2,7 @@
 # Cluster scale: one controller watching every namespace (WATCH_NAMESPACE=*)
 # while the cluster's pods grow, on a fresh control plane of its own (hack/cluster.sh in a
 # new state dir, stopped at the end). A scripted measurement, not a test: it prints
-# progress and a table, and writes bench/results/scale.csv (or $BENCH_RESULTS/scale.csv).
+# progress and a table, and writes $BENCH_RESULTS/scale.csv.
 #
 # The cluster: BENCH_SCALE_NS (50) namespaces; in the first, a Deployment of
 # BENCH_SCALE_SELECTED (100) pods and the one annotated ConfigMap, selecting them; every

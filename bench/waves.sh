@@ -18,7 +18,7 @@
 #            settings taking turns: the first restart's latency.
 #
 # A scripted measurement, not a test. Prints progress, then a table, also written with the
-# raw rows to $BENCH_RESULTS/waves/ (default bench/results/waves/).
+# raw rows to $BENCH_RESULTS/waves/ (alone: bench/results/alone/waves/).
 #
 #   bench/waves.sh (make bench-waves)  on a fresh control plane of its own, about 5 minutes
 #   called by bench/run.sh             on run.sh's control plane, with its binaries (BENCH_WORK)
