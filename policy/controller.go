@@ -128,7 +128,7 @@ type Controller struct {
 	// it outlives the Secret's entry (a selector removed and put back).
 	states     map[string]*stateSeen
 	seq        uint64         // numbers events, to tell what a list did not see
-	annotated  map[string]int // existing entries per namespace (Config.Annotated)
+	annotated  map[string]int // existing entries per namespace (told to Config.Pods.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
 	all        [2]*scope                   // by kind: the handler for a watch of every namespace
