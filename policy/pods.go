@@ -14,7 +14,7 @@ import (
 )
 
 // livePod is a pod as a view of the namespace shows it: what a round
-// decides on, nothing of its spec.
+// decides on, of its spec only the objects it reads.
 type livePod struct {
 	podRef
 	labels      map[string]string
@@ -31,6 +31,9 @@ type livePod struct {
 	// unschedulable): it is restarted outside the budget at once.
 	broken string
 	why    string // why it is not Ready, for the Events
+	// refs are the ConfigMaps and Secrets it reads: a referencing round
+	// (refs.go) selects by them.
+	refs podindex.Refs
 }
 
 // ownerRef is a pod's controller, as its ownerReferences name it.
@@ -155,7 +158,7 @@ func readPod(raw []byte) (livePod, bool) {
 func fromRecord(r podindex.Record) livePod {
 	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion}, labels: r.Labels,
 		owner:       ownerRef{apiVersion: r.Owner.APIVersion, kind: r.Owner.Kind, name: r.Owner.Name, uid: r.Owner.UID},
-		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason}
+		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason, refs: r.Refs}
 	p.version, _ = strconv.ParseUint(r.ResourceVersion, 10, 64)
 	if r.Broken {
 		p.broken = r.Reason
