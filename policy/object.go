@@ -63,8 +63,11 @@ type object struct {
 	version              uint64 // metadata.resourceVersion, 0 if not a number
 	selector             string // the selector annotation as written
 	hasSelector          bool   // the annotation is present (an empty one is refused)
-	hash                 digest // D: dataHash, or secretHash for a Secret
-	stored               stored // R and I as the server has them
+	// referencing is RestartReferencingAnnotation as written (refs.go).
+	referencing    string
+	hasReferencing bool
+	hash           digest // D: dataHash, or secretHash for a Secret
+	stored         stored // R and I as the server has them
 	// stateOf names the Secret whose state this ConfigMap holds (secret.go);
 	// such a ConfigMap is never acted on itself.
 	stateOf string
@@ -138,6 +141,8 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 		// the others' longer forms are never ours.
 		case selectorAnnotation:
 			obj.selector, obj.hasSelector = cloneAtMost(v.String(), selector.MaxLength+1), true
+		case RestartReferencingAnnotation:
+			obj.referencing, obj.hasReferencing = cloneAtMost(v.String(), maxReferencingText), true
 		case RestartedForAnnotation:
 			obj.stored.recorded, _ = parseDigest(v.String())
 		case RestartingAnnotation:

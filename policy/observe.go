@@ -135,7 +135,7 @@ func (c *Controller) handle(k kind, ev watch.Event) {
 		c.observeState(obj, ev.Type == watch.Deleted)
 	case ev.Type == watch.Deleted:
 		c.forget(obj.key())
-	case !obj.hasSelector:
+	case !obj.optedIn():
 		c.drop(obj.key()) // not (or no longer) ours: adopted afresh if it comes back
 	case !c.optedIn(obj.namespace):
 		c.ignoreNotOptedIn(obj)

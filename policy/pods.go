@@ -9,7 +9,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
-	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -93,10 +92,15 @@ func (c *Controller) listNamespace(ctx context.Context, namespace string) ([]liv
 }
 
 // listWhole returns the selected pods but the controller's own and its
-// siblings (OwnPod), which are neither restarted nor counted.
-func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selector.Selector) ([]livePod, error) {
+// siblings (OwnPod), which are neither restarted nor counted. The server
+// selects by labels; what the pods reference is read here, as the index
+// reads it.
+func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selection) ([]livePod, error) {
 	var pods []livePod
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p livePod) {
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.labels.String()}}, func(p livePod) {
+		if !sel.ref.reads(p.refs) {
+			return
+		}
 		if c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
 			c.log.Debug("not deleting own pod", "namespace", namespace, "pod", p.name)
 			return

@@ -14,7 +14,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -38,8 +37,8 @@ const (
 type round struct {
 	key      string // of its object
 	hash     digest
-	selector string
-	sel      *selector.Selector
+	selector string // what sel was made from (object.selectsBy)
+	sel      *selection
 	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
 	sent     bool          // a restart was sent
 	pods     []podRef      // pods[i].rv is refreshed by its wave and its restart
@@ -132,7 +131,7 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	switch {
-	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selector != obj.selector:
+	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selectsBy() != obj.selectsBy():
 		return errSuperseded
 	case e.obj.hash != obj.hash && (r == nil || !r.storm): // a storm's round goes on for its data
 		return errSuperseded
@@ -236,8 +235,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	}
 
 	// stepContinue, stepResume or stepRound.
-	sel, err := c.selectorOf(obj)
-	if err != nil {
+	sel, err := c.selectionOf(obj)
+	switch {
+	case errors.Is(err, errReferencingValue):
+		c.metrics.InvalidSelectors.Inc()
+		log.Error("refusing to restart pods: invalid annotation", "err", err)
+		c.event(obj, events.Warning, "InvalidAnnotation", fmt.Sprintf("Refusing %v. No pod was restarted.", err))
+		return resultRefused, 0, nil
+	case err != nil:
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
@@ -245,7 +250,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(obj.selector, 256), err))
 		return resultRefused, 0, nil
 	}
-	log = log.With("selector", sel.String())
+	log = log.With("selector", sel.labels.String())
+	if sel.ref != nil {
+		log = log.With("references", true)
+	}
 	if r == nil {
 		var resume *intent
 		if step == stepResume {
@@ -278,9 +286,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	restarted := r.count(podRestarted)
 	log.Info("pods restarted", obj.dataAttr(), "pods", restarted)
 	if c.cfg.DryRun {
-		c.event(obj, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for %s (dry run: nothing changed)", restarted, sel, obj.dataName()))
+		c.event(obj, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) %s for %s (dry run: nothing changed)", restarted, sel, obj.dataName()))
 	} else {
-		c.event(obj, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for %s", restarted, sel, obj.dataName()))
+		c.event(obj, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) %s for %s", restarted, sel, obj.dataName()))
 		return resultRestarted, c.cfg.ProgressDeadline, nil // the last look (lastLook)
 	}
 	return resultRestarted, 0, nil
@@ -323,8 +331,8 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 // with this data), halted from the start if the object shows the intent
 // halted. The round is kept from here on, so that a retry does not take
 // pods created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
-	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, storm: storm}
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selection, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
+	r := &round{key: key, hash: obj.hash, selector: obj.selectsBy(), sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
 		if halt.hash == resume.hash && !halt.at.IsZero() {

@@ -157,7 +157,7 @@ func (e *entry) apply(obj object) verdict {
 	if obj.hash != e.obj.hash || e.changed.IsZero() {
 		e.changed = time.Now()
 	}
-	if r := e.round; r != nil && (v == verdictTheirs || (r.hash != obj.hash && !r.storm) || r.selector != obj.selector) {
+	if r := e.round; r != nil && (v == verdictTheirs || (r.hash != obj.hash && !r.storm) || r.selector != obj.selectsBy()) {
 		// A round begun in a storm goes on for its data (storm.go).
 		e.ended = true // r.hash and r.selector never change: any goroutine may read them
 	}
