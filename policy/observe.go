@@ -196,7 +196,7 @@ func (c *Controller) takeView(e *entry, obj object) {
 	c.pruneHalted() // apply may have ended a round
 	if e.obj.stored.known && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
-		e.r, e.adopted = e.obj.hash, true
+		e.r, e.rKeys, e.adopted = e.obj.hash, e.obj.keys, true
 	}
 }
 

@@ -30,13 +30,16 @@ type selection struct {
 
 // refRule selects the pods that read an object: every one that reads it
 // whole, and of those that read keys by name those that read one of keys
-// (the keys added, removed or changed), or all of them when which changed
-// is not known.
+// (the keys added, removed or changed: keys.go), or all of them when which
+// changed is not known.
 type refRule struct {
 	kind podindex.RefKind
 	name string
 	all  bool
 	keys map[string]bool
+	// keyName, if set, is how keys names a pod's key (a Secret's: by a
+	// keyed digest of it).
+	keyName func(string) string
 }
 
 // selects reports whether the round restarts p (or counts it as its own).
@@ -63,6 +66,9 @@ func (rule *refRule) reads(refs podindex.Refs) bool {
 		return true
 	}
 	for _, k := range ref.Keys {
+		if rule.keyName != nil {
+			k = rule.keyName(k)
+		}
 		if rule.keys[k] {
 			return true
 		}

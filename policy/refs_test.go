@@ -190,10 +190,200 @@ func TestReferencingSecretRestartsItsReaders(t *testing.T) {
 	c := secretController(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}},
 		[]cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")}, []secretSpec{secret})
 	settle(t, c)
-	require.Empty(t, api.requests)
+	require.Empty(t, api.deletedPods())
 
 	secret.data = s2
 	handleSecret(t, c, watch.Modified, secret)
 	settle(t, c)
 	assert.Equal(t, []string{"secret-1"}, api.deletedPods())
+}
+
+// keysOf is RestartedForKeysAnnotation for a ConfigMap with data.
+func keysOf(t *testing.T, data map[string]string) string {
+	obj, err := parseObject(referencing(t, "true", nil, data).json(t), kindConfigMap, DefaultSelectorAnnotation, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, obj.keys)
+	return string(obj.keys)
+}
+
+// secretKeysOf is RestartedForKeysAnnotation for a Secret with data.
+func secretKeysOf(t *testing.T, data map[string][]byte) string {
+	obj, err := parseObject(secretSpec{annotations: map[string]string{RestartReferencingAnnotation: "true"}, data: data}.json(t), kindSecret, DefaultSelectorAnnotation, testKey)
+	require.NoError(t, err)
+	require.NotEmpty(t, obj.keys)
+	return string(obj.keys)
+}
+
+// keyPods are, for object kind ("configMap" or "secret"), readers of key
+// a and of key b in form, a reader of the whole object and a pod reading
+// nothing.
+func keyPods(kind, form string) []*fakePod {
+	whole := specEnvFrom
+	if kind == "secret" {
+		whole = specSecretEnv
+	}
+	pod := func(name, spec string) *fakePod {
+		return &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"app": name}, spec: spec}
+	}
+	return []*fakePod{pod("reads-a", keyRef(kind, form, "a")), pod("reads-b", keyRef(kind, form, "b")), pod("whole", whole), pod("nothing", specNothing)}
+}
+
+// TestKeyLevelRestartsOnlyReadersOfChangedKeys ensures, for a ConfigMap
+// and a Secret and each form that reads a key by name (env, a volume's
+// items, a projected source's items), that a change restarts the pods
+// that read a changed, added or removed key and those that read the whole
+// object, and no pod that reads only keys left as they were.
+func TestKeyLevelRestartsOnlyReadersOfChangedKeys(t *testing.T) {
+	changes := []struct {
+		name          string
+		before, after map[string]string
+		want          []string
+	}{
+		{"KeyChanged", map[string]string{"a": "1", "b": "1"}, map[string]string{"a": "2", "b": "1"}, []string{"reads-a", "whole"}},
+		{"KeyAdded", map[string]string{"b": "1"}, map[string]string{"a": "1", "b": "1"}, []string{"reads-a", "whole"}},
+		{"KeyRemoved", map[string]string{"a": "1", "b": "1"}, map[string]string{"a": "1"}, []string{"reads-b", "whole"}},
+		{"UnreadKeyChanged", map[string]string{"a": "1", "c": "1"}, map[string]string{"a": "1", "c": "2"}, []string{"whole"}},
+	}
+	for _, kind := range []string{"configMap", "secret"} {
+		for _, form := range []string{"env", "volume", "projected"} {
+			for _, ch := range changes {
+				t.Run(kind+"/"+form+"/"+ch.name, func(t *testing.T) {
+					api := newFakeAPI(t, keyPods(kind, form)...)
+					if kind == "configMap" {
+						c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+						start(t, c)
+						s := referencing(t, "true", ch.before, ch.after)
+						s.annotations[RestartedForKeysAnnotation] = keysOf(t, ch.before)
+						handle(t, c, watch.Modified, s)
+						settle(t, c)
+						assert.ElementsMatch(t, ch.want, api.deletedPods())
+						written := api.patchedAnnotations()
+						require.NotEmpty(t, written)
+						assert.Equal(t, keysOf(t, ch.after), *written[len(written)-1][RestartedForKeysAnnotation], "the record keeps the keys of the data now")
+						return
+					}
+					before, after := bytesOf(ch.before), bytesOf(ch.after)
+					secret := secretSpec{annotations: map[string]string{RestartReferencingAnnotation: "true"}, data: before}
+					state := stateSpecKeys(t, "webapp-secret", secretHashOf(t, before), secretKeysOf(t, before))
+					c := secretController(t, api, Config{RecordHash: true}, []cmSpec{state}, []secretSpec{secret})
+					settle(t, c)
+					require.Empty(t, api.requests, "its state holds R and its key digests")
+					secret.data = after
+					handleSecret(t, c, watch.Modified, secret)
+					settle(t, c)
+					assert.ElementsMatch(t, ch.want, api.deletedPods())
+				})
+			}
+		}
+	}
+}
+
+func bytesOf(data map[string]string) map[string][]byte {
+	out := map[string][]byte{}
+	for k, v := range data {
+		out[k] = []byte(v)
+	}
+	return out
+}
+
+// stateSpecKeys is stateSpec with R's key digests, under a MAC that checks.
+func stateSpecKeys(t *testing.T, secret, recorded, keys string) cmSpec {
+	s := stateSpec(secret, keyID(testKey), recorded, "")
+	r, _ := parseDigest(recorded)
+	s.annotations[RestartedForKeysAnnotation] = keys
+	s.annotations[StateMACAnnotation] = stateMAC(testKey, "ns", secret, stored{recorded: r, recordedKeys: keyDigests(keys)})
+	return s
+}
+
+// TestRecordWithoutKeyDigests ensures an R written without key digests
+// (before they existed) restarts every referencing pod at the next change,
+// and that while the data is still R's, its key digests are written once,
+// so that the change after restarts by key.
+func TestRecordWithoutKeyDigests(t *testing.T) {
+	t.Run("ChangeRestartsEveryReader", func(t *testing.T) {
+		api := newFakeAPI(t, keyPods("configMap", "env")...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		handle(t, c, watch.Modified, referencing(t, "true", map[string]string{"a": "1", "b": "1"}, map[string]string{"a": "2", "b": "1"}))
+		settle(t, c)
+		assert.ElementsMatch(t, []string{"reads-a", "reads-b", "whole"}, api.deletedPods())
+	})
+	t.Run("UnchangedDataGainsThem", func(t *testing.T) {
+		api := newFakeAPI(t, keyPods("configMap", "env")...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		data := map[string]string{"a": "1", "b": "1"}
+		handle(t, c, watch.Modified, referencing(t, "true", data, data))
+		settle(t, c)
+		assert.Empty(t, api.deletedPods())
+		written := api.patchedAnnotations()
+		require.Len(t, written, 1)
+		assert.Equal(t, keysOf(t, data), *written[0][RestartedForKeysAnnotation])
+		assert.Equal(t, hashOf(t, data), *written[0][RestartedForAnnotation])
+
+		handle(t, c, watch.Modified, referencing(t, "true", data, map[string]string{"a": "1", "b": "2"}))
+		settle(t, c)
+		assert.ElementsMatch(t, []string{"reads-b", "whole"}, api.deletedPods())
+	})
+}
+
+// TestOptionalReferences ensures a pod that reads a key that is missing
+// (optional) is restarted when the key is added, and a pod that reads an
+// object that does not exist yet is not restarted when the object is
+// created (adopted, as any object first seen), but at its next change.
+func TestOptionalReferences(t *testing.T) {
+	t.Run("MissingKeyAdded", func(t *testing.T) {
+		api := newFakeAPI(t, keyPods("configMap", "env")...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		before := map[string]string{"b": "1"}
+		s := referencing(t, "true", before, map[string]string{"a": "new", "b": "1"})
+		s.annotations[RestartedForKeysAnnotation] = keysOf(t, before)
+		handle(t, c, watch.Modified, s)
+		settle(t, c)
+		assert.ElementsMatch(t, []string{"reads-a", "whole"}, api.deletedPods())
+	})
+	t.Run("MissingObjectCreated", func(t *testing.T) {
+		api := newFakeAPI(t, keyPods("configMap", "env")...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		data := map[string]string{"a": "1", "b": "1"}
+		handle(t, c, watch.Added, referencing(t, "true", nil, data))
+		settle(t, c)
+		assert.Empty(t, api.deletedPods(), "adopted")
+		written := api.patchedAnnotations()
+		require.Len(t, written, 1)
+		s := referencing(t, "true", data, map[string]string{"a": "2", "b": "1"})
+		s.annotations[RestartedForKeysAnnotation] = *written[0][RestartedForKeysAnnotation]
+		handle(t, c, watch.Modified, s)
+		settle(t, c)
+		assert.ElementsMatch(t, []string{"reads-a", "whole"}, api.deletedPods())
+	})
+}
+
+// TestKeyDigests ensures the digests of a ConfigMap's keys follow each
+// key's value and section alone, read back as written; that a Secret's
+// name no key; and that unreadable annotations are none.
+func TestKeyDigests(t *testing.T) {
+	a := keysOf(t, map[string]string{"a": "1", "b": "1"})
+	b := keysOf(t, map[string]string{"b": "1", "a": "2"})
+	changed, known := changedKeys(keyDigests(a), keyDigests(b))
+	assert.True(t, known)
+	assert.Equal(t, map[string]bool{"a": true}, changed)
+	assert.Equal(t, keyDigests(a), parseKeyDigests(a))
+	assert.True(t, strings.HasPrefix(a, "sha256:a="), a)
+
+	s := secretKeysOf(t, map[string][]byte{"password": []byte("hunter2")})
+	assert.NotContains(t, s, "password")
+	assert.True(t, strings.HasPrefix(s, keyedDigestPrefix))
+	assert.Len(t, s, len(keyedDigestPrefix)+2*keyDigestHex)
+	assert.Equal(t, keyDigests(s), parseKeyDigests(s))
+
+	for _, bad := range []string{"", "sha256", "sha256:a", "sha256:a=xyz", "sha256:a=0123456789abcdeg", "hmac-sha256:0123", "md5:a=0123456789abcdef"} {
+		assert.Equal(t, keyDigests(""), parseKeyDigests(bad), bad)
+	}
+	_, known = changedKeys("", keyDigests(a))
+	assert.False(t, known, "no record of keys: which changed is not known")
+	_, known = changedKeys(keyDigests(a), keyDigests(s))
+	assert.False(t, known, "a ConfigMap's against a Secret's")
 }

@@ -37,7 +37,8 @@ const (
 type round struct {
 	key      string // of its object
 	hash     digest
-	selector string // what sel was made from (object.selectsBy)
+	keys     keyDigests // hash's key digests, recorded with it
+	selector string     // what sel was made from (object.selectsBy)
 	sel      *selection
 	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
 	sent     bool          // a restart was sent
@@ -196,8 +197,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
 	if r != nil && r.storm {
-		obj.hash = r.hash // it goes on, and records, for its own data
+		obj.hash, obj.keys = r.hash, r.keys // it goes on, and records, for its own data
 	}
+	recordedKeys := e.rKeys
 	storm := false
 	if r == nil && (step == stepRound || step == stepResume) {
 		if wait := c.stormGate(e, now); wait > 0 {
@@ -259,6 +261,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
+		c.narrow(sel, obj, recordedKeys)
 		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
@@ -332,7 +335,7 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 // halted. The round is kept from here on, so that a retry does not take
 // pods created since: they run the new data.
 func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selection, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
-	r := &round{key: key, hash: obj.hash, selector: obj.selectsBy(), sel: sel, resumed: resume != nil, storm: storm}
+	r := &round{key: key, hash: obj.hash, keys: obj.keys, selector: obj.selectsBy(), sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
 		if halt.hash == resume.hash && !halt.at.IsZero() {
@@ -450,11 +453,12 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	}
 }
 
-// record writes R = obj.hash and removes I and the halt, ending round r
-// (nil for an adoption) unless r is no longer the current one.
+// record writes R = obj.hash (and its key digests, obj.keys) and removes I
+// and the halt, ending round r (nil for an adoption) unless r is no longer
+// the current one.
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
 	return c.writeState(ctx, key, obj, r, stateWrite{record: true}, func(e *entry) {
-		e.r, e.i, e.adopted = obj.hash, intent{}, false
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
 		if r != nil && e.round == r {
 			e.round, e.ended, e.ourIntent = nil, false, ""
 			if !c.cfg.DryRun {
@@ -485,11 +489,11 @@ type stateWrite struct {
 }
 
 // annotations returns the write as a merge patch of annotations, for data
-// hash.
-func (w stateWrite) annotations(hash digest) map[string]any {
+// hash with key digests keys.
+func (w stateWrite) annotations(hash digest, keys keyDigests) map[string]any {
 	switch {
 	case w.record:
-		return map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		return map[string]any{RestartedForAnnotation: hash.text(), RestartedForKeysAnnotation: orNil(string(keys)), RestartingAnnotation: nil, HaltedAnnotation: nil}
 	case w.intent != nil:
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
 	case w.undo:
@@ -499,10 +503,10 @@ func (w stateWrite) annotations(hash digest) map[string]any {
 }
 
 // after returns the state the write leaves, from the state before it.
-func (w stateWrite) after(st stored, hash digest) stored {
+func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 	switch {
 	case w.record:
-		st.recorded, st.intent, st.halted = hash, intent{}, halt{}
+		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, intent{}, halt{}
 	case w.intent != nil:
 		st.intent, st.halted = *w.intent, halt{}
 	case w.undo:
@@ -529,7 +533,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 		c.mu.Unlock()
 		return errSuperseded
 	}
-	after := w.after(e.shown(), obj.hash)
+	after := w.after(e.shown(), obj.hash, obj.keys)
 	e.writing = &after
 	c.mu.Unlock()
 	var written uint64
@@ -611,7 +615,7 @@ func (c *Controller) credit(key string, obj object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil && !e.exists && e.obj.uid == obj.uid {
-		e.r, e.i, e.adopted = obj.hash, intent{}, false
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
 	}
 }
 
@@ -623,7 +627,7 @@ func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWr
 		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
 		return rv, cmp.Or(holder, after.holder), err
 	}
-	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash))
+	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys))
 	return rv, after.holder, err
 }
 
