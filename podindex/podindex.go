@@ -1,7 +1,8 @@
 // Package podindex keeps a live index of pods, fed by a list + watch of
 // whole pods: per pod what a round of restarts decides on (Record: name,
 // uid, revision, labels, controller, phase, terminating, Ready and since
-// when, why not; nothing of the spec), its creation revision where its
+// when, why not; of the spec only the ConfigMaps and Secrets it reads,
+// Refs), its creation revision where its
 // ADDED event was seen, and how far the watch has come. Every round decides
 // from it where it watches; Parse reads a LIST's pods into the same Record
 // where none does. Namespaces keeps one index per namespace that holds an
