@@ -84,6 +84,9 @@ webapp_pods() {
 	k get pods -n default -l app=webapp -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{.metadata.uid}} {{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}}{{"\n"}}{{end}}{{end}}' |
 		while read -r name uid ready; do printf '%s %s %s\n' "$name" "$uid" "${ready:--}"; done
 }
+# webapp_names prints the live webapp pods' names, sorted: the same before and after a
+# change that restarted none.
+webapp_names() { webapp_pods | cut -d' ' -f1 | sort; }
 
 # play_kubelet reports each new webapp pod Ready ready_after seconds after it first sees
 # it, if the message was set then (a container's environment is fixed at its start).
@@ -264,17 +267,16 @@ why "No round halted any more: config_watcher_rounds_halted=$(metric config_watc
 show_pods
 
 say "Changing only a label: nothing should restart"
-mapfile -t now < <(webapp_pods | cut -d' ' -f1 | sort)
+now=$(webapp_names)
 before=$(metric 'config_watcher_events_total{type="MODIFIED"}')
 run k label configmap webapp-config -n default demo=label-only
 until_ok 20 test "$(metric 'config_watcher_events_total{type="MODIFIED"}')" != "$before" || true
 sleep 1
-mapfile -t after < <(webapp_pods | cut -d' ' -f1 | sort)
-if [[ "${after[*]}" == "${now[*]}" ]]; then
+if [[ $(webapp_names) == "$now" ]]; then
 	why "config-watcher saw the MODIFIED event, found the data hash unchanged, and left the pods alone:"
 	why "the same $replicas pods as before."
 else
-	why "Unexpected: the pods changed to ${after[*]}"
+	why "Unexpected: the pods changed to $(webapp_names | tr '\n' ' ')"
 fi
 
 say "Rotating the webapp's Secret: its pods restart too, in waves"
@@ -303,15 +305,14 @@ has_keys() { [[ -n $(k get configmap/webapp-config -n default -o jsonpath="$keys
 until_ok 30 has_keys || cw_die "config-watcher did not record the keys of webapp-config"
 why "config-watcher recorded a short digest of each key beside the record:"
 printf '      %s\n' "$(k get configmap/webapp-config -n default -o jsonpath="$keys")"
-mapfile -t now < <(webapp_pods | cut -d' ' -f1 | sort)
+now=$(webapp_names)
 unread=$(record)
 run k patch configmap webapp-config -n default --type merge -p '{"data":{"note":"a key no pod reads"}}'
 until_ok 30 round_done configmap/webapp-config "$unread" || cw_die "config-watcher did not record the change of an unread key"
-mapfile -t after < <(webapp_pods | cut -d' ' -f1 | sort)
-if [[ "${after[*]}" == "${now[*]}" ]]; then
+if [[ $(webapp_names) == "$now" ]]; then
 	why "A key no pod reads changed: the data's record moved on, and no pod was restarted."
 else
-	why "Unexpected: the pods changed to ${after[*]}"
+	why "Unexpected: the pods changed to $(webapp_names | tr '\n' ' ')"
 fi
 read_key=$(record)
 remember_pods

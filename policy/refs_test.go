@@ -278,6 +278,14 @@ func TestKeyLevelRestartsOnlyReadersOfChangedKeys(t *testing.T) {
 	}
 }
 
+// keyController is a started controller over keyPods("configMap", "env").
+func keyController(t *testing.T) (*fakeAPI, *Controller) {
+	api := newFakeAPI(t, keyPods("configMap", "env")...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	return api, c
+}
+
 func bytesOf(data map[string]string) map[string][]byte {
 	out := map[string][]byte{}
 	for k, v := range data {
@@ -301,17 +309,13 @@ func stateSpecKeys(t *testing.T, secret, recorded, keys string) cmSpec {
 // so that the change after restarts by key.
 func TestRecordWithoutKeyDigests(t *testing.T) {
 	t.Run("ChangeRestartsEveryReader", func(t *testing.T) {
-		api := newFakeAPI(t, keyPods("configMap", "env")...)
-		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-		start(t, c)
+		api, c := keyController(t)
 		handle(t, c, watch.Modified, referencing(t, "true", map[string]string{"a": "1", "b": "1"}, map[string]string{"a": "2", "b": "1"}))
 		settle(t, c)
 		assert.ElementsMatch(t, []string{"reads-a", "reads-b", "whole"}, api.deletedPods())
 	})
 	t.Run("UnchangedDataGainsThem", func(t *testing.T) {
-		api := newFakeAPI(t, keyPods("configMap", "env")...)
-		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-		start(t, c)
+		api, c := keyController(t)
 		data := map[string]string{"a": "1", "b": "1"}
 		handle(t, c, watch.Modified, referencing(t, "true", data, data))
 		settle(t, c)
@@ -333,9 +337,7 @@ func TestRecordWithoutKeyDigests(t *testing.T) {
 // created (adopted, as any object first seen), but at its next change.
 func TestOptionalReferences(t *testing.T) {
 	t.Run("MissingKeyAdded", func(t *testing.T) {
-		api := newFakeAPI(t, keyPods("configMap", "env")...)
-		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-		start(t, c)
+		api, c := keyController(t)
 		before := map[string]string{"b": "1"}
 		s := referencing(t, "true", before, map[string]string{"a": "new", "b": "1"})
 		s.annotations[RestartedForKeysAnnotation] = keysOf(t, before)
@@ -344,9 +346,7 @@ func TestOptionalReferences(t *testing.T) {
 		assert.ElementsMatch(t, []string{"reads-a", "whole"}, api.deletedPods())
 	})
 	t.Run("MissingObjectCreated", func(t *testing.T) {
-		api := newFakeAPI(t, keyPods("configMap", "env")...)
-		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-		start(t, c)
+		api, c := keyController(t)
 		data := map[string]string{"a": "1", "b": "1"}
 		handle(t, c, watch.Added, referencing(t, "true", nil, data))
 		settle(t, c)
