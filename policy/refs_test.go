@@ -387,3 +387,26 @@ func TestKeyDigests(t *testing.T) {
 	_, known = changedKeys(keyDigests(a), keyDigests(s))
 	assert.False(t, known, "a ConfigMap's against a Secret's")
 }
+
+// TestRecordRemovesKeyDigestsOnlyWhereShown ensures a record of an object
+// without restartReferencingPods leaves the key digests out of its patch,
+// unless the object shows some (left from when it had it): then it removes
+// them, so that they never outlive the data they were taken of.
+func TestRecordRemovesKeyDigestsOnlyWhereShown(t *testing.T) {
+	for _, shown := range []bool{false, true} {
+		api := newFakeAPI(t, webPods()...)
+		c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+		start(t, c)
+		s := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, annotations: map[string]string{}}
+		if shown {
+			s.annotations[RestartedForKeysAnnotation] = keysOf(t, v1)
+		}
+		handle(t, c, watch.Modified, s)
+		settle(t, c)
+		written := api.patchedAnnotations()
+		require.NotEmpty(t, written)
+		v, present := written[len(written)-1][RestartedForKeysAnnotation]
+		assert.Equal(t, shown, present, "shown %v", shown)
+		assert.Nil(t, v)
+	}
+}

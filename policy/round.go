@@ -489,11 +489,16 @@ type stateWrite struct {
 }
 
 // annotations returns the write as a merge patch of annotations, for data
-// hash with key digests keys.
-func (w stateWrite) annotations(hash digest, keys keyDigests) map[string]any {
+// hash with key digests keys; had: the object shows key digests (which a
+// record without any removes).
+func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[string]any {
 	switch {
 	case w.record:
-		return map[string]any{RestartedForAnnotation: hash.text(), RestartedForKeysAnnotation: orNil(string(keys)), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		if keys != "" || had {
+			a[RestartedForKeysAnnotation] = orNil(string(keys))
+		}
+		return a
 	case w.intent != nil:
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
 	case w.undo:
@@ -627,7 +632,7 @@ func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWr
 		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
 		return rv, cmp.Or(holder, after.holder), err
 	}
-	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys))
+	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys, obj.stored.recordedKeys != ""))
 	return rv, after.holder, err
 }
 
