@@ -1,6 +1,7 @@
 package podindex_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -99,4 +100,26 @@ func TestIndexKeepsRefsFromTheFirstSight(t *testing.T) {
 	require.Len(t, view, 1)
 	assert.True(t, view[0].Ready)
 	assert.Equal(t, "ConfigMap/cm", view[0].Refs.String())
+}
+
+// FuzzParseRefs ensures any spec is read without a panic, and what is read
+// is found again by a lookup of each object, as a round looks it up.
+func FuzzParseRefs(f *testing.F) {
+	for _, s := range []string{
+		`{"volumes":[{"name":"v","configMap":{"name":"cm","items":[{"key":"b"},{"key":"a"}]}},{"name":"w","projected":{"sources":[{"secret":{"name":"s"}}]}}]}`,
+		`{"containers":[{"envFrom":[{"configMapRef":{"name":"cm"}}],"env":[{"valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}],"initContainers":[{"envFrom":[{"secretRef":{"name":"cm"}}]}]}`,
+		`{"containers":[{"env":[{"valueFrom":{"configMapKeyRef":{"name":"a\u001eb","key":"c\u001fd"}}}]}]}`,
+		`{"volumes":[{"configMap":{"name":"x","items":[]}},{"configMap":{"name":"x","items":[{"key":""}]}}]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		refs := podindex.ParseRefs(gjson.Parse(spec))
+		for ref := range refs.All() {
+			got, found := refs.Reads(ref.Kind, ref.Name)
+			if !found || got.Whole != ref.Whole || strings.Join(got.Keys, ",") != strings.Join(ref.Keys, ",") {
+				t.Fatalf("%s: %+v read back as %+v (found %v)", refs, ref, got, found)
+			}
+		}
+	})
 }
