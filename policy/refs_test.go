@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -409,4 +410,28 @@ func TestRecordRemovesKeyDigestsOnlyWhereShown(t *testing.T) {
 		assert.Equal(t, shown, present, "shown %v", shown)
 		assert.Nil(t, v)
 	}
+}
+
+// TestLastLookJudgesOnlyTheRoundsReaders ensures the look PROGRESS_DEADLINE
+// after a key-level round counts as replacements only pods that read what
+// the round restarted for: a reader of a key that did not change, not
+// Ready, is none of its business.
+func TestLastLookJudgesOnlyTheRoundsReaders(t *testing.T) {
+	pods := keyPods("configMap", "env")
+	for _, p := range pods {
+		p.owner = p.name + "-rs"
+	}
+	api := newFakeAPI(t, pods...)
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, ProgressDeadline: 50 * time.Millisecond, Events: rec})
+	start(t, c)
+	before := map[string]string{"a": "1", "b": "1"}
+	s := referencing(t, "true", before, map[string]string{"a": "2", "b": "1"})
+	s.annotations[RestartedForKeysAnnotation] = keysOf(t, before)
+	handle(t, c, watch.Modified, s)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"reads-a", "whole"}, api.deletedPods())
+	// The look is due 50 ms after the round: wait until it was taken.
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) >= 1 }, waitFor, time.Millisecond)
+	assert.Empty(t, eventText(rec, "ReplacementsNotReady"), "reads-b, not Ready, read no key that changed")
 }

@@ -577,10 +577,14 @@ type lastLook struct {
 	hash   digest
 	at     time.Time
 	before map[string]bool // the round's pods: the others are replacements
+	// sel is the round's: of the pods that read the object, those that
+	// read a key the round restarted for (a reader of another key, not
+	// restarted, is no replacement).
+	sel *selection
 }
 
 func newLastLook(r *round, deadline time.Duration) *lastLook {
-	s := &lastLook{hash: r.hash, at: time.Now().Add(deadline), before: make(map[string]bool, len(r.pods))}
+	s := &lastLook{hash: r.hash, at: time.Now().Add(deadline), before: make(map[string]bool, len(r.pods)), sel: r.sel}
 	for _, p := range r.pods {
 		s.before[p.uid] = true
 	}
@@ -593,11 +597,7 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if wait := time.Until(s.at); wait > 0 {
 		return wait, nil
 	}
-	sel, err := c.selectionOf(obj)
-	if err != nil {
-		return 0, nil // the next round says so
-	}
-	live, err := c.selectedNow(ctx, obj.namespace, sel)
+	live, err := c.selectedNow(ctx, obj.namespace, s.sel)
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}
