@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -434,4 +435,21 @@ func TestLastLookJudgesOnlyTheRoundsReaders(t *testing.T) {
 	// The look is due 50 ms after the round: wait until it was taken.
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) >= 1 }, waitFor, time.Millisecond)
 	assert.Empty(t, eventText(rec, "ReplacementsNotReady"), "reads-b, not Ready, read no key that changed")
+}
+
+// TestReferencingDryRun ensures a dry run sends only server-side dry-run
+// deletions, of the pods that read the object, and says which it would have
+// restarted, by what they read.
+func TestReferencingDryRun(t *testing.T) {
+	api := newFakeAPI(t, referencingPods()...)
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DryRun: true, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, referencing(t, "true", v1, v2))
+	settle(t, c)
+	assert.ElementsMatch(t, []string{"envfrom-1", "envfrom-2", "volume-1", "init-1"}, api.deletedPods())
+	for _, r := range api.seen(http.MethodDelete, "pods") {
+		assert.Contains(t, r.body, `"dryRun":["All"]`)
+	}
+	assert.Contains(t, eventText(rec, "DryRun"), "Would restart 4 pod(s) referencing ConfigMap webapp-config")
 }
