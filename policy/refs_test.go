@@ -453,3 +453,20 @@ func TestReferencingDryRun(t *testing.T) {
 	}
 	assert.Contains(t, eventText(rec, "DryRun"), "Would restart 4 pod(s) referencing ConfigMap webapp-config")
 }
+
+// TestKeyDigestsArePinned pins the key digests and the MAC of a state that
+// holds some (computed apart, with Python's hashlib and hmac over the
+// streams keys.go and stateMAC describe): records written earlier must
+// keep matching.
+func TestKeyDigestsArePinned(t *testing.T) {
+	obj, err := parseObject([]byte(`{"metadata":{"name":"webapp-config","namespace":"ns","annotations":{"`+RestartReferencingAnnotation+`":"true"}},"data":{"a":"1"},"binaryData":{"b":"AQI="}}`), kindConfigMap, DefaultSelectorAnnotation, nil)
+	require.NoError(t, err)
+	assert.Equal(t, keyDigests("sha256:a=5e982e508c12e363,b=d62ef92f9cea9667"), obj.keys)
+	assert.Equal(t, "hmac-sha256:8ee67a61f2e76d41d6492e7d9f5becda", secretKeysOf(t, s1))
+
+	r, _ := parseDigest("hmac-sha256:" + strings.Repeat("ab", 32))
+	st := stored{recorded: r, intent: parseIntent("hmac-sha256:" + strings.Repeat("cd", 32) + "/uid-1,uid-2"),
+		halted: parseHalt("hmac-sha256:" + strings.Repeat("ef", 32) + "@2026-12-05T07:00:00Z")}
+	st.recordedKeys = keyDigests("hmac-sha256:" + strings.Repeat("01", 16))
+	assert.Equal(t, "cfb971ff49e31ee50edff0aac09437118e726460c2e496052e26b45b593cf4fe", stateMAC(testKey, "ns", "webapp-secret", st))
+}

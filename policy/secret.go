@@ -31,9 +31,8 @@ import (
 // plant a Secret of their own to compare with, and equal Secrets show
 // different digests. The state carries a MAC under the same namespace key
 // over the Secret's namespace and name, R (its key digests too), I and the
-// halt (stateMAC): one who
-// may write ConfigMaps cannot forge a record or an intent that the
-// controller would act on.
+// halt (stateMAC): one who may write ConfigMaps cannot forge a record or an
+// intent that the controller would act on.
 //
 // A state ConfigMap's view is used only if it is ours (stateIsOurs: under
 // our key, its MAC checks), and not at all otherwise: an intent that
