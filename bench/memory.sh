@@ -15,7 +15,9 @@
 #             kubelet reports: benchtool pods -running) in a namespace that also holds one
 #             annotated ConfigMap (so the index covers it), POD_INDEX=true against false,
 #             per pod; then the CPU seconds while every pod's status changes once. This
-#             tree and config-watcher built from BENCH_MEM_BEFORE alike.
+#             tree and config-watcher built from BENCH_MEM_BEFORE alike. Then, this tree
+#             alone, BENCH_PODS more in a second namespace, each referencing three
+#             objects of its own (benchtool pods -refs): what the references cost per pod.
 #   secrets   BENCH_SECRETS Secrets (5000; 60 % passwords, 15 % tokens of 800 B, 5 %
 #             registry logins, 20 % TLS of 4.1 KB; every 500th annotated) and
 #             BENCH_SECRET_CMS ConfigMaps of 1 KiB (5000, half annotated) in one
@@ -220,7 +222,22 @@ if part podindex; then
 		per_pod=$(awk -v a="$with" -v b="$without" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
 		echo "  $c: steady RSS with $PODS pods indexed: $(mib "$with") MiB, without the index: $(mib "$without") MiB: about $per_pod B per pod; $cpu CPU s while every pod's status changed once"
 		echo "$c,*,$PODS pods,,,$(mib "$with"),,$(mib "$without") without,$per_pod B/pod,$cpu CPU s for $PODS status changes" >>"$RESULTS/memory-podindex.csv"
+		[[ $c == config-watcher ]] && plain=$with
 	done
+
+	# The same again, in a second namespace, each pod referencing three objects of its
+	# own (nothing interned is shared: what references cost at most); its steady RSS
+	# against that with the first namespace alone is what these pods cost each.
+	step "pod index: $PODS more Running pods with 3 references each (objects of their own)"
+	bt ns -api "$CW_PROXY_URL" -ns bench-refs -opt-in
+	bt pods -api "$CW_PROXY_URL" -ns bench-refs -n "$PODS" -prefix r -workers 4 -running -refs
+	bt create -api "$CW_PROXY_URL" -ns bench-refs -n 1 -size 64 >/dev/null
+	launch config-watcher '*' podindex-refs POD_INDEX=true >/dev/null
+	refs_rss=$(status "$pid" VmRSS)
+	halt "$pid"
+	per_ref_pod=$(awk -v a="$refs_rss" -v b="$plain" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
+	echo "  config-watcher: steady RSS with $PODS more pods of 3 references each indexed: $(mib "$refs_rss") MiB, $(mib "$plain") MiB without them: about $per_ref_pod B per pod"
+	echo "config-watcher,*,$PODS pods with 3 references each,,,$(mib "$refs_rss"),,$(mib "$plain") before them,$per_ref_pod B/pod," >>"$RESULTS/memory-podindex.csv"
 fi
 
 if part volume; then
@@ -236,7 +253,8 @@ if part volume; then
 		echo '```'
 		if part podindex; then
 			echo
-			awk -F, -v n="$PODS" '{ printf "Pod index of %s, WATCH_NAMESPACE=*, %s Running pods: steady RSS %s MiB with it, %s: about %s per pod; %s.\n", $1, n, $6, $8, $9, $10 }' "$RESULTS/memory-podindex.csv"
+			awk -F, -v n="$PODS" '$3 ~ /references/ { printf "Pod index of %s, WATCH_NAMESPACE=*, %s more Running pods with 3 references each (objects of their own): steady RSS %s MiB, %s: about %s per pod.\n", $1, n, $6, $8, $9; next }
+				{ printf "Pod index of %s, WATCH_NAMESPACE=*, %s Running pods: steady RSS %s MiB with it, %s: about %s per pod; %s.\n", $1, n, $6, $8, $9, $10 }' "$RESULTS/memory-podindex.csv"
 		fi
 	} | tee "$RESULTS/memory.md"
 fi

@@ -2,7 +2,8 @@
 # The book's scenario, narrated, on a local control plane: a ConfigMap's data changes and
 # config-watcher restarts the pods of the Deployment that reads it, a few at a time, each
 # wave waiting until the replacements are Ready; then a bad change that halts the rollout
-# with a Warning Event, and the fix; then the same for a Secret the pods read, rotated once.
+# with a Warning Event, and the fix; then the same for a Secret the pods read, rotated once;
+# then, with no selector, the pods restarted because they read the key that changed.
 # Tears everything down on exit (also on Ctrl-C).
 #
 # The control plane has no kubelet, so no pod ever becomes Ready by itself: the demo plays
@@ -83,6 +84,9 @@ webapp_pods() {
 	k get pods -n default -l app=webapp -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{.metadata.uid}} {{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}}{{"\n"}}{{end}}{{end}}' |
 		while read -r name uid ready; do printf '%s %s %s\n' "$name" "$uid" "${ready:--}"; done
 }
+# webapp_names prints the live webapp pods' names, sorted: the same before and after a
+# change that restarted none.
+webapp_names() { webapp_pods | cut -d' ' -f1 | sort; }
 
 # play_kubelet reports each new webapp pod Ready ready_after seconds after it first sees
 # it, if the message was set then (a container's environment is fixed at its start).
@@ -263,17 +267,16 @@ why "No round halted any more: config_watcher_rounds_halted=$(metric config_watc
 show_pods
 
 say "Changing only a label: nothing should restart"
-mapfile -t now < <(webapp_pods | cut -d' ' -f1 | sort)
+now=$(webapp_names)
 before=$(metric 'config_watcher_events_total{type="MODIFIED"}')
 run k label configmap webapp-config -n default demo=label-only
 until_ok 20 test "$(metric 'config_watcher_events_total{type="MODIFIED"}')" != "$before" || true
 sleep 1
-mapfile -t after < <(webapp_pods | cut -d' ' -f1 | sort)
-if [[ "${after[*]}" == "${now[*]}" ]]; then
+if [[ $(webapp_names) == "$now" ]]; then
 	why "config-watcher saw the MODIFIED event, found the data hash unchanged, and left the pods alone:"
 	why "the same $replicas pods as before."
 else
-	why "Unexpected: the pods changed to ${after[*]}"
+	why "Unexpected: the pods changed to $(webapp_names | tr '\n' ' ')"
 fi
 
 say "Rotating the webapp's Secret: its pods restart too, in waves"
@@ -291,3 +294,30 @@ why "The state ConfigMap's annotations (the digest is keyed: it cannot be tested
 k get "$state" -n default -o go-template='{{range $k, $v := .metadata.annotations}}{{$k}}={{$v}}{{"\n"}}{{end}}' | sed 's/^/      /'
 why "The Event on the Secret names its resourceVersion, never a digest of its data:"
 show_events webapp-credentials
+
+say "Restarting the pods that read the ConfigMap, with no selector, down to the key"
+why "Instead of a selector, k8spatterns.io/restartReferencingPods: \"true\" restarts the pods of the"
+why "namespace whose containers read this ConfigMap (env, envFrom, a volume), and of those that read"
+why "keys by name only the ones that read a key that changed. The webapp reads the key message."
+run k annotate configmap webapp-config -n default k8spatterns.io/podDeleteSelector- k8spatterns.io/restartReferencingPods=true
+keys='{.metadata.annotations.config-watcher\.k8spatterns\.io/restarted-for-keys}'
+has_keys() { [[ -n $(k get configmap/webapp-config -n default -o jsonpath="$keys" 2>/dev/null) ]]; }
+until_ok 30 has_keys || cw_die "config-watcher did not record the keys of webapp-config"
+why "config-watcher recorded a short digest of each key beside the record:"
+printf '      %s\n' "$(k get configmap/webapp-config -n default -o jsonpath="$keys")"
+now=$(webapp_names)
+unread=$(record)
+run k patch configmap webapp-config -n default --type merge -p '{"data":{"note":"a key no pod reads"}}'
+until_ok 30 round_done configmap/webapp-config "$unread" || cw_die "config-watcher did not record the change of an unread key"
+if [[ $(webapp_names) == "$now" ]]; then
+	why "A key no pod reads changed: the data's record moved on, and no pod was restarted."
+else
+	why "Unexpected: the pods changed to $(webapp_names | tr '\n' ' ')"
+fi
+read_key=$(record)
+remember_pods
+run k patch configmap webapp-config -n default --type merge -p '{"data":{"message":"Hello from the key"}}'
+narrate rolled_out configmap/webapp-config "$read_key"
+why "The key the webapp reads changed: its pods restarted, in waves, as with the selector:"
+k get events -n default --field-selector involvedObject.name=webapp-config,reason=PodsRestarted -o custom-columns=MESSAGE:.message --no-headers |
+	grep referencing | sed 's/^/      /'

@@ -1,7 +1,8 @@
 // Package podindex keeps a live index of pods, fed by a list + watch of
 // whole pods: per pod what a round of restarts decides on (Record: name,
 // uid, revision, labels, controller, phase, terminating, Ready and since
-// when, why not; nothing of the spec), its creation revision where its
+// when, why not; of the spec only the ConfigMaps and Secrets it reads,
+// Refs), its creation revision where its
 // ADDED event was seen, and how far the watch has come. Every round decides
 // from it where it watches; Parse reads a LIST's pods into the same Record
 // where none does. Namespaces keeps one index per namespace that holds an
@@ -61,8 +62,11 @@ type pod struct {
 	name, rv string
 	labels   map[string]string
 	owner    unique.Handle[Owner] // zero: none
-	reason   string
-	since    int64 // unix seconds; 0: unknown
+	// refs are read once, when the pod is first seen: the volumes and env
+	// of a pod's spec cannot change.
+	refs   Refs
+	reason string
+	since  int64 // unix seconds; 0: unknown
 	// created is the revision of the ADDED event, i.e. the creation; from a
 	// list, the pod's revision then, which is no earlier.
 	created uint64
@@ -76,7 +80,7 @@ type pod struct {
 // record returns p as a Record.
 func (p *pod) record(uid string) Record {
 	r := Record{Name: p.name, UID: uid, ResourceVersion: p.rv, Labels: p.labels, Reason: p.reason,
-		Terminating: p.terminating, Finished: p.finished, Ready: p.ready, Broken: p.broken}
+		Terminating: p.terminating, Finished: p.finished, Ready: p.ready, Broken: p.broken, Refs: p.refs}
 	if p.owner != (unique.Handle[Owner]{}) {
 		r.Owner = p.owner.Value()
 	}
@@ -88,7 +92,7 @@ func (p *pod) record(uid string) Record {
 
 // set makes p hold r (but the revisions the index keeps itself).
 func (p *pod) set(r *Record) {
-	p.name, p.rv, p.labels, p.reason = r.Name, r.ResourceVersion, r.Labels, r.Reason
+	p.name, p.rv, p.labels, p.reason, p.refs = r.Name, r.ResourceVersion, r.Labels, r.Reason, r.Refs
 	switch {
 	case r.Owner.UID == "":
 		p.owner = unique.Handle[Owner]{}
@@ -205,7 +209,7 @@ func (x *Index) Handle(ev watch.Event) {
 	if ev.Type == watch.Deleted {
 		wake = x.deleted(ns, uid, rv)
 	} else {
-		wake = x.update(ev.Type, ns, uid, meta, obj.Get("status"), rv)
+		wake = x.update(ev.Type, ns, uid, obj, rv)
 	}
 	x.notify()
 	onChange, listing := x.onChange, x.listing
@@ -249,7 +253,7 @@ func (x *Index) deleted(ns, uid string, rv uint64) (wake []map[string]string) {
 // update records pod uid of namespace ns as an event or a list showed it
 // at revision rv, and returns the labels to wake rounds for: none if
 // nothing a round decides on changed. x.mu must be held.
-func (x *Index) update(typ watch.EventType, ns, uid string, meta, status gjson.Result, rv uint64) (wake []map[string]string) {
+func (x *Index) update(typ watch.EventType, ns, uid string, obj gjson.Result, rv uint64) (wake []map[string]string) {
 	pods := x.pods[ns]
 	if pods == nil {
 		pods = map[string]*pod{}
@@ -261,10 +265,12 @@ func (x *Index) update(typ watch.EventType, ns, uid string, meta, status gjson.R
 		old = p.record(uid)
 	}
 	var r Record
-	parse(meta, status, &r, &old)
+	parse(obj.Get("metadata"), obj.Get("status"), &r, &old)
+	r.Refs = old.Refs
 	switch {
 	case p == nil:
 		p = &pod{}
+		r.Refs = ParseRefs(obj.Get("spec"))
 		// A pod first seen modified keeps 0: "started before any change".
 		if typ == watch.Added || typ == watch.Synced {
 			p.created = rv

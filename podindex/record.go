@@ -3,12 +3,13 @@ package podindex
 import (
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
 
 // Record is what a view of the pods keeps of one: what a round of restarts
-// decides on, nothing of the spec. The index keeps one per pod, and a LIST
+// decides on, of the spec only the objects it reads. The index keeps one per pod, and a LIST
 // is read into the same (Parse), so that a round decides alike with or
 // without the index.
 type Record struct {
@@ -31,6 +32,9 @@ type Record struct {
 	// will not by itself (CrashLoopBackOff, an image that cannot be pulled,
 	// unschedulable).
 	Broken bool
+	// Refs are the ConfigMaps and Secrets its containers read (ParseRefs):
+	// interned, shared by the pods of one template.
+	Refs Refs
 }
 
 // Owner is a pod's controller, as its ownerReferences name it.
@@ -42,7 +46,13 @@ type Owner struct {
 // no name or uid. What it returns does not hold raw.
 func Parse(raw []byte) (Record, bool) {
 	var r Record
-	ok := parse(gjson.GetBytes(raw, "metadata"), gjson.GetBytes(raw, "status"), &r, nil)
+	// A view of raw: whatever is kept is cloned out of it (reuse,
+	// readLabels, MakeRefs).
+	doc := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
+	ok := parse(doc.Get("metadata"), doc.Get("status"), &r, nil)
+	if ok {
+		r.Refs = ParseRefs(doc.Get("spec"))
+	}
 	return r, ok
 }
 

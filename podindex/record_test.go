@@ -27,7 +27,8 @@ func runningPod(t testing.TB) []byte {
 
 // TestParseRecordedRunningPod ensures the parser reads of a real Running
 // pod what rounds decide on: identity, labels, its controller, Ready and
-// since when (what encoding/json reads of the recording); the index, fed
+// since when (what encoding/json reads of the recording), the ConfigMaps it
+// reads; the index, fed
 // the same pod as an ADDED event, shows the same Record.
 func TestParseRecordedRunningPod(t *testing.T) {
 	raw := runningPod(t)
@@ -61,6 +62,8 @@ func TestParseRecordedRunningPod(t *testing.T) {
 		}
 	}
 	require.True(t, want.Ready, "the recording is of a Ready pod")
+	// Its projected service account volume reads one key of the root CA's ConfigMap.
+	want.Refs = podindex.MakeRefs([]podindex.Ref{{Kind: podindex.RefConfigMap, Name: "kube-root-ca.crt", Keys: []string{"ca.crt"}}})
 	assert.Equal(t, "ReplicaSet", want.Owner.Kind)
 
 	got, ok := podindex.Parse(raw)

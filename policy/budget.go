@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // The budget of a round in waves is counted as Kubernetes' disruption
@@ -193,7 +191,6 @@ func (b *namespaceBudget) prune(now time.Time) {
 // tally is one round's budget on a view: how many of its selected pods may
 // still go unavailable.
 type tally struct {
-	sel     *selector.Selector
 	allowed int
 }
 
@@ -220,7 +217,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 			byOwner[p.owner.uid] = o
 		}
 		o.counted++
-		selected := r.sel.Matches(p.labels)
+		selected := r.sel.selects(p)
 		switch {
 		case selected:
 			o.selected++
@@ -257,5 +254,5 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired = max(desired, o.running)
 		expected += max(desired-o.unselected, 0)
 	}
-	return &tally{sel: r.sel, allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
 }

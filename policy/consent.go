@@ -93,17 +93,6 @@ func LearnOwnPod(ctx context.Context, api API, own OwnPod) (OwnPod, error) {
 	return own, nil
 }
 
-// selectorOf parses obj's selector as every round and look uses it: refused
-// if too broad, and narrowed to pods that carry the opt-in label when one is
-// required (POD_OPT_IN_LABEL), so a workload consents where it is defined.
-func (c *Controller) selectorOf(obj object) (*selector.Selector, error) {
-	sel, err := selector.Parse(obj.selector)
-	if err != nil || c.cfg.PodOptIn == nil {
-		return sel, err
-	}
-	return sel.And(c.cfg.PodOptIn), nil
-}
-
 // NamespaceConsent is the handler of a watch of the Namespaces that opted in
 // (NAMESPACE_SELECTOR, as its labelSelector): under WATCH_NAMESPACE=* the
 // controller acts only in them. It matches locally too, so a server that

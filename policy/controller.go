@@ -310,7 +310,7 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"configmaps", "pods", "pods/eviction"),
 		OwnerReadsFailed: r.NewCounterVec("config_watcher_owner_reads_failed_total", "Rounds that could not read the desired replicas of a pod's owner (its scale subresource) and counted the most of its pods seen instead, by cause (each also an ExpectedPodsEstimated Event).", "result",
 			"no_scale", "forbidden", "error"),
-		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad."),
+		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad, or its restartReferencingPods is neither true nor false."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		StateUntrusted:   r.NewCounter("config_watcher_state_untrusted_total", "Views of Secrets' state ConfigMaps ignored as not written by this controller under its digest key (forged, another key, no MAC), each also a StateUntrusted Warning Event."),
 		QueueDepth:       r.NewGauge("config_watcher_workqueue_depth", "ConfigMaps and Secrets waiting for a worker."),

@@ -40,7 +40,8 @@
 //	entry.round (the pointer)               the worker of the key (beginRound,
 //	                                        reconcile, record); Lead's endTerm
 //	                                        once every worker has returned
-//	round.key, hash, selector, sel, storm   set once: anyone, under c.mu
+//	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
+//	storm
 //	round.pods, resumed, sent, progress,    the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, lists, swept, listOnly,

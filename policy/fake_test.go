@@ -40,6 +40,8 @@ type fakePod struct {
 	// readySince is when its Ready condition last changed (zero: the
 	// object shows no time).
 	readySince time.Time
+	// spec is its spec as JSON ("": one container reading nothing).
+	spec string
 }
 
 // fakeOwner is a pod's controller, as its scale subresource shows it.
@@ -298,9 +300,11 @@ func (p *fakePod) object() map[string]any {
 	if p.phase == "Failed" {
 		status["reason"] = "Evicted"
 	}
-	return map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": meta,
-		"spec":   map[string]any{"containers": []map[string]any{{"name": "app", "image": "webapp:1"}}},
-		"status": status}
+	var spec any = map[string]any{"containers": []map[string]any{{"name": "app", "image": "webapp:1"}}}
+	if p.spec != "" {
+		spec = json.RawMessage(p.spec)
+	}
+	return map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
 }
 
 // deletePod deletes (or, evict, evicts) a pod: a DELETE answers the pod at

@@ -54,13 +54,29 @@ func TestMemoryReleasedByStandbyAfterListing(t *testing.T) {
 // on every second one a selector annotation and, once recorded, the
 // restarted-for annotation.
 func syntheticConfigMap(i int, rv int, recorded string) []byte {
+	return syntheticOf(i, rv, recorded, "", false)
+}
+
+// syntheticOf is syntheticConfigMap, or, referencing, one annotated with
+// RestartReferencingAnnotation (no selector) whose 1 KiB of data is in
+// three keys, recorded with key digests keys.
+func syntheticOf(i int, rv int, recorded, keys string, referencing bool) []byte {
 	name := fmt.Sprintf("cm-%05d", i)
 	annotations := map[string]string{}
-	if i%2 == 0 {
+	data := map[string]string{"config": strings.Repeat("key = some configuration value\n", 1024/31+1)[:1024]}
+	switch {
+	case i%2 == 0 && referencing:
+		annotations[RestartReferencingAnnotation] = "true"
+		v := data["config"]
+		data = map[string]string{"config": v[:342], "feature-flags": v[342:684], "endpoint": v[684:]}
+	case i%2 == 0:
 		annotations[DefaultSelectorAnnotation] = "bench-mem=" + name
 	}
 	if recorded != "" {
 		annotations[RestartedForAnnotation] = recorded
+	}
+	if keys != "" {
+		annotations[RestartedForKeysAnnotation] = keys
 	}
 	raw, err := json.Marshal(map[string]any{
 		"kind": "ConfigMap", "apiVersion": "v1",
@@ -75,7 +91,7 @@ func syntheticConfigMap(i int, rv int, recorded string) []byte {
 				"fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:data": map[string]any{".": map[string]any{}, "f:config": map[string]any{}}},
 			}},
 		},
-		"data": map[string]string{"config": strings.Repeat("key = some configuration value\n", 1024/31+1)[:1024]},
+		"data": data,
 	})
 	if err != nil {
 		panic(err)
@@ -84,23 +100,33 @@ func syntheticConfigMap(i int, rv int, recorded string) []byte {
 }
 
 // BenchmarkHeapPerConfigMap measures the live heap the controller keeps per
-// ConfigMap once it has synced n ConfigMaps (half of them annotated),
+// ConfigMap once it has synced n ConfigMaps (half of them annotated: with
+// a selector, or "-referencing-3-keys" restartReferencingPods and three
+// keys, whose digests it keeps),
 // adopted the annotated ones and seen the watch events of its own records:
 // the state it holds for as long as it runs. The queue is drained by hand
 // (as the workers would, without their API calls).
 func BenchmarkHeapPerConfigMap(b *testing.B) {
-	for _, n := range []int{5000, 20000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	for _, tc := range []struct {
+		n           int
+		referencing bool
+	}{{5000, false}, {20000, false}, {5000, true}} {
+		name := fmt.Sprint(tc.n)
+		if tc.referencing {
+			name += "-referencing-3-keys"
+		}
+		n := tc.n
+		b.Run(name, func(b *testing.B) {
 			synced := make([][]byte, n)
 			recorded := make([][]byte, n)
 			for i := range n {
-				synced[i] = syntheticConfigMap(i, 1000+i, "")
+				synced[i] = syntheticOf(i, 1000+i, "", "", tc.referencing)
 				if i%2 == 0 {
 					cm, err := parseObject(synced[i], kindConfigMap, DefaultSelectorAnnotation, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
-					recorded[i] = syntheticConfigMap(i, 1000+n+i, fmt.Sprint(cm.hash))
+					recorded[i] = syntheticOf(i, 1000+n+i, fmt.Sprint(cm.hash), string(cm.keys), tc.referencing)
 				}
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -119,7 +145,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 					key, _ := c.queue.Get()
 					c.mu.Lock()
 					e := c.entries[key]
-					e.r, e.adopted = e.obj.hash, false // adopted and recorded, as record does
+					e.r, e.rKeys, e.adopted = e.obj.hash, e.obj.keys, false // adopted and recorded, as record does
 					c.mu.Unlock()
 					c.queue.Done(key)
 				}

@@ -63,8 +63,14 @@ type object struct {
 	version              uint64 // metadata.resourceVersion, 0 if not a number
 	selector             string // the selector annotation as written
 	hasSelector          bool   // the annotation is present (an empty one is refused)
-	hash                 digest // D: dataHash, or secretHash for a Secret
-	stored               stored // R and I as the server has them
+	// referencing is RestartReferencingAnnotation as written (refs.go).
+	referencing    string
+	hasReferencing bool
+	hash           digest // D: dataHash, or secretHash for a Secret
+	// keys are D's key digests (keys.go), for an object whose referencing
+	// pods are restarted; "" for any other.
+	keys   keyDigests
+	stored stored // R and I as the server has them
 	// stateOf names the Secret whose state this ConfigMap holds (secret.go);
 	// such a ConfigMap is never acted on itself.
 	stateOf string
@@ -79,10 +85,13 @@ type object struct {
 // Secret's state ConfigMap.
 type stored struct {
 	recorded digest // R as annotated; zero when absent or unusable
-	intent   intent // I as annotated
-	halted   halt   // HaltedAnnotation as annotated
-	version  uint64 // the resourceVersion of the object that holds them
-	holder   string // a Secret's: the uid of its state ConfigMap, "" if none known
+	// recordedKeys are R's key digests as annotated; "" when absent or
+	// unusable.
+	recordedKeys keyDigests
+	intent       intent // I as annotated
+	halted       halt   // HaltedAnnotation as annotated
+	version      uint64 // the resourceVersion of the object that holds them
+	holder       string // a Secret's: the uid of its state ConfigMap, "" if none known
 	// known: the state can be told. A Secret's is not until the
 	// ConfigMaps of its namespace have been listed: until then an absent
 	// state ConfigMap may only not have arrived yet.
@@ -138,8 +147,12 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 		// the others' longer forms are never ours.
 		case selectorAnnotation:
 			obj.selector, obj.hasSelector = cloneAtMost(v.String(), selector.MaxLength+1), true
+		case RestartReferencingAnnotation:
+			obj.referencing, obj.hasReferencing = cloneAtMost(v.String(), maxReferencingText), true
 		case RestartedForAnnotation:
 			obj.stored.recorded, _ = parseDigest(v.String())
+		case RestartedForKeysAnnotation:
+			obj.stored.recordedKeys = parseKeyDigests(v.String())
 		case RestartingAnnotation:
 			obj.stored.intent = parseIntent(cloneAtMost(v.String(), maxIntentText+1))
 		case HaltedAnnotation:
@@ -159,6 +172,9 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 		// Its state is never read from it: it lives apart (secret.go).
 		obj.stored, obj.stateOf, obj.keyID, obj.mac = stored{}, "", "", ""
 		obj.hash = secretHash(key, obj.namespace, obj.name, doc.Get("data"))
+		if obj.readsKeys() {
+			obj.keys = secretKeys(key, obj.namespace, obj.name, doc.Get("data"))
+		}
 		return obj, nil
 	}
 	if obj.stateOf != "" {
@@ -171,6 +187,12 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 	}
 	obj.stored.version, obj.stored.known = obj.version, true
 	obj.hash = dataHash(doc.Get("data"), doc.Get("binaryData"))
+	if obj.readsKeys() {
+		obj.keys = configMapKeys(doc.Get("data"), doc.Get("binaryData"))
+		if obj.stored.recordedKeys == obj.keys {
+			obj.stored.recordedKeys = obj.keys // one copy, not two
+		}
+	}
 	return obj, nil
 }
 

@@ -135,7 +135,7 @@ func (c *Controller) handle(k kind, ev watch.Event) {
 		c.observeState(obj, ev.Type == watch.Deleted)
 	case ev.Type == watch.Deleted:
 		c.forget(obj.key())
-	case !obj.hasSelector:
+	case !obj.optedIn():
 		c.drop(obj.key()) // not (or no longer) ours: adopted afresh if it comes back
 	case !c.optedIn(obj.namespace):
 		c.ignoreNotOptedIn(obj)
@@ -197,7 +197,7 @@ func (c *Controller) takeView(e *entry, obj object) {
 	c.pruneHalted() // apply may have ended a round
 	if e.obj.stored.known && e.r.isZero() && !e.i.present() {
 		// Nothing tells which data the pods run: adopt it as it is now.
-		e.r, e.adopted = e.obj.hash, true
+		e.r, e.rKeys, e.adopted = e.obj.hash, e.obj.keys, true
 	}
 }
 

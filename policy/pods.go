@@ -9,12 +9,11 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
-	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // livePod is a pod as a view of the namespace shows it: what a round
-// decides on, nothing of its spec.
+// decides on, of its spec only the objects it reads.
 type livePod struct {
 	podRef
 	labels      map[string]string
@@ -31,6 +30,9 @@ type livePod struct {
 	// unschedulable): it is restarted outside the budget at once.
 	broken string
 	why    string // why it is not Ready, for the Events
+	// refs are the ConfigMaps and Secrets it reads: a referencing round
+	// (refs.go) selects by them.
+	refs podindex.Refs
 }
 
 // ownerRef is a pod's controller, as its ownerReferences name it.
@@ -90,10 +92,15 @@ func (c *Controller) listNamespace(ctx context.Context, namespace string) ([]liv
 }
 
 // listWhole returns the selected pods but the controller's own and its
-// siblings (OwnPod), which are neither restarted nor counted.
-func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selector.Selector) ([]livePod, error) {
+// siblings (OwnPod), which are neither restarted nor counted. The server
+// selects by labels; what the pods reference is read here, as the index
+// reads it.
+func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selection) ([]livePod, error) {
 	var pods []livePod
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.String()}}, func(p livePod) {
+	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.labels.String()}}, func(p livePod) {
+		if !sel.ref.reads(p.refs) {
+			return
+		}
 		if c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
 			c.log.Debug("not deleting own pod", "namespace", namespace, "pod", p.name)
 			return
@@ -155,7 +162,7 @@ func readPod(raw []byte) (livePod, bool) {
 func fromRecord(r podindex.Record) livePod {
 	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion}, labels: r.Labels,
 		owner:       ownerRef{apiVersion: r.Owner.APIVersion, kind: r.Owner.Kind, name: r.Owner.Name, uid: r.Owner.UID},
-		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason}
+		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason, refs: r.Refs}
 	p.version, _ = strconv.ParseUint(r.ResourceVersion, 10, 64)
 	if r.Broken {
 		p.broken = r.Reason

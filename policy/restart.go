@@ -212,7 +212,7 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 	case now.terminating:
 		log.Info("pod terminating since it was selected", "outcome", "not_found")
 		return podGone, false, nil
-	case !r.sel.Matches(now.labels):
+	case !r.sel.selects(&now):
 		c.countRestart("left")
 		log.Info("pod no longer selected since it was selected; leaving it", "outcome", "left")
 		return podLeft, false, nil

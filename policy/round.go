@@ -14,7 +14,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -38,8 +37,9 @@ const (
 type round struct {
 	key      string // of its object
 	hash     digest
-	selector string
-	sel      *selector.Selector
+	keys     keyDigests // hash's key digests, recorded with it
+	selector string     // what sel was made from (object.selectsBy)
+	sel      *selection
 	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
 	sent     bool          // a restart was sent
 	pods     []podRef      // pods[i].rv is refreshed by its wave and its restart
@@ -133,7 +133,7 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	defer c.mu.Unlock()
 	e := c.entries[key]
 	switch {
-	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selector != obj.selector:
+	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selectsBy() != obj.selectsBy():
 		return errSuperseded
 	case e.obj.hash != obj.hash && (r == nil || !r.storm): // a storm's round goes on for its data
 		return errSuperseded
@@ -198,8 +198,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
 	if r != nil && r.storm {
-		obj.hash = r.hash // it goes on, and records, for its own data
+		obj.hash, obj.keys = r.hash, r.keys // it goes on, and records, for its own data
 	}
+	recordedKeys := e.rKeys
 	storm := false
 	if r == nil && (step == stepRound || step == stepResume) {
 		if wait := c.stormGate(e, now); wait > 0 {
@@ -237,8 +238,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	}
 
 	// stepContinue, stepResume or stepRound.
-	sel, err := c.selectorOf(obj)
-	if err != nil {
+	sel, err := c.selectionOf(obj)
+	switch {
+	case errors.Is(err, errReferencingValue):
+		c.metrics.InvalidSelectors.Inc()
+		log.Error("refusing to restart pods: invalid annotation", "err", err)
+		c.event(obj, events.Warning, "InvalidAnnotation", fmt.Sprintf("Refusing %v. No pod was restarted.", err))
+		return resultRefused, 0, nil
+	case err != nil:
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
@@ -246,12 +253,16 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(obj.selector, 256), err))
 		return resultRefused, 0, nil
 	}
-	log = log.With("selector", sel.String())
+	log = log.With("selector", sel.labels.String())
+	if sel.ref != nil {
+		log = log.With("references", true)
+	}
 	if r == nil {
 		var resume *intent
 		if step == stepResume {
 			resume = &left
 		}
+		c.narrow(sel, obj, recordedKeys)
 		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
@@ -279,9 +290,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	restarted := r.count(podRestarted)
 	log.Info("pods restarted", obj.dataAttr(), "pods", restarted)
 	if c.cfg.DryRun {
-		c.event(obj, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) matching %s for %s (dry run: nothing changed)", restarted, sel, obj.dataName()))
+		c.event(obj, events.Normal, "DryRun", fmt.Sprintf("Would restart %d pod(s) %s for %s (dry run: nothing changed)", restarted, sel, obj.dataName()))
 	} else {
-		c.event(obj, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) matching %s for %s", restarted, sel, obj.dataName()))
+		c.event(obj, events.Normal, "PodsRestarted", fmt.Sprintf("Restarted %d pod(s) %s for %s", restarted, sel, obj.dataName()))
 		return resultRestarted, c.cfg.ProgressDeadline, nil // the last look (lastLook)
 	}
 	return resultRestarted, 0, nil
@@ -324,8 +335,8 @@ func (c *Controller) needsIntent(key string, r *round) bool {
 // with this data), halted from the start if the object shows the intent
 // halted. The round is kept from here on, so that a retry does not take
 // pods created since: they run the new data.
-func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selector.Selector, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
-	r := &round{key: key, hash: obj.hash, selector: obj.selector, sel: sel, resumed: resume != nil, storm: storm}
+func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel *selection, resume *intent, halt halt, storm bool, log *slog.Logger) (*round, error) {
+	r := &round{key: key, hash: obj.hash, keys: obj.keys, selector: obj.selectsBy(), sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
 		if halt.hash == resume.hash && !halt.at.IsZero() {
@@ -444,11 +455,12 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	}
 }
 
-// record writes R = obj.hash and removes I and the halt, ending round r
-// (nil for an adoption) unless r is no longer the current one.
+// record writes R = obj.hash (and its key digests, obj.keys) and removes I
+// and the halt, ending round r (nil for an adoption) unless r is no longer
+// the current one.
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
 	return c.writeState(ctx, key, obj, r, stateWrite{record: true}, func(e *entry) {
-		e.r, e.i, e.adopted = obj.hash, intent{}, false
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
 		if r != nil && e.round == r {
 			e.round, e.ended, e.ourIntent = nil, false, ""
 			if !c.cfg.DryRun {
@@ -479,11 +491,16 @@ type stateWrite struct {
 }
 
 // annotations returns the write as a merge patch of annotations, for data
-// hash.
-func (w stateWrite) annotations(hash digest) map[string]any {
+// hash with key digests keys; had: the object shows key digests (which a
+// record without any removes).
+func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[string]any {
 	switch {
 	case w.record:
-		return map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		if keys != "" || had {
+			a[RestartedForKeysAnnotation] = orNil(string(keys))
+		}
+		return a
 	case w.intent != nil:
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
 	case w.undo:
@@ -493,10 +510,10 @@ func (w stateWrite) annotations(hash digest) map[string]any {
 }
 
 // after returns the state the write leaves, from the state before it.
-func (w stateWrite) after(st stored, hash digest) stored {
+func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 	switch {
 	case w.record:
-		st.recorded, st.intent, st.halted = hash, intent{}, halt{}
+		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, intent{}, halt{}
 	case w.intent != nil:
 		st.intent, st.halted = *w.intent, halt{}
 	case w.undo:
@@ -523,7 +540,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 		c.mu.Unlock()
 		return errSuperseded
 	}
-	after := w.after(e.shown(), obj.hash)
+	after := w.after(e.shown(), obj.hash, obj.keys)
 	e.writing = &after
 	c.mu.Unlock()
 	var written uint64
@@ -605,7 +622,7 @@ func (c *Controller) credit(key string, obj object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil && !e.exists && e.obj.uid == obj.uid {
-		e.r, e.i, e.adopted = obj.hash, intent{}, false
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
 	}
 }
 
@@ -617,7 +634,7 @@ func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWr
 		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
 		return rv, cmp.Or(holder, after.holder), err
 	}
-	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash))
+	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys, obj.stored.recordedKeys != ""))
 	return rv, after.holder, err
 }
 

@@ -30,9 +30,9 @@ import (
 // ConfigMaps cannot test guesses of a low-entropy value against it, nor
 // plant a Secret of their own to compare with, and equal Secrets show
 // different digests. The state carries a MAC under the same namespace key
-// over the Secret's namespace and name, R, I and the halt (stateMAC): one who
-// may write ConfigMaps cannot forge a record or an intent that the
-// controller would act on.
+// over the Secret's namespace and name, R (its key digests too), I and the
+// halt (stateMAC): one who may write ConfigMaps cannot forge a record or an
+// intent that the controller would act on.
 //
 // A state ConfigMap's view is used only if it is ours (stateIsOurs: under
 // our key, its MAC checks), and not at all otherwise: an intent that
@@ -110,7 +110,8 @@ func secretHash(key []byte, namespace, name string, data gjson.Result) digest {
 
 // stateMAC authenticates a Secret's state as a state ConfigMap holds it:
 // the Secret's namespace and name, R, I and the halt, each as written (""
-// when absent). TestStateMACIsPinned pins it.
+// when absent), then R's key digests where it has any. TestStateMACIsPinned
+// pins it.
 func stateMAC(key []byte, namespace, secret string, st stored) string {
 	m := hmac.New(sha256.New, namespaceKey(key, namespace))
 	writeString(m, "config-watcher state")
@@ -119,6 +120,11 @@ func stateMAC(key []byte, namespace, secret string, st stored) string {
 	writeString(m, st.recorded.textOrEmpty())
 	writeString(m, st.intent.text)
 	writeString(m, st.halted.textOrEmpty())
+	if st.recordedKeys != "" {
+		// Only where there are any, so that the MACs of states written
+		// before key digests existed still check.
+		writeString(m, string(st.recordedKeys))
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 
@@ -148,7 +154,7 @@ func (c *Controller) stateIsOurs(obj object) bool {
 func fromStateConfigMap(obj object, ours bool) stored {
 	st := obj.stored
 	if !ours {
-		st.recorded, st.intent, st.halted = digest{}, intent{}, halt{}
+		st.recorded, st.recordedKeys, st.intent, st.halted = digest{}, "", intent{}, halt{}
 	}
 	return st
 }
@@ -167,12 +173,13 @@ var errForeignState = errors.New("a ConfigMap of this name exists and is not con
 func (c *Controller) writeSecretState(ctx context.Context, obj object, holder string, st stored) (uint64, string, error) {
 	name := stateName(obj.name)
 	annotations := map[string]any{
-		StateOfSecretAnnotation: obj.name,
-		DigestKeyIDAnnotation:   c.keyID,
-		StateMACAnnotation:      stateMAC(c.cfg.DigestKey, obj.namespace, obj.name, st),
-		RestartedForAnnotation:  orNil(st.recorded.textOrEmpty()),
-		RestartingAnnotation:    orNil(st.intent.text),
-		HaltedAnnotation:        orNil(st.halted.textOrEmpty()),
+		StateOfSecretAnnotation:    obj.name,
+		DigestKeyIDAnnotation:      c.keyID,
+		StateMACAnnotation:         stateMAC(c.cfg.DigestKey, obj.namespace, obj.name, st),
+		RestartedForAnnotation:     orNil(st.recorded.textOrEmpty()),
+		RestartedForKeysAnnotation: orNil(string(st.recordedKeys)),
+		RestartingAnnotation:       orNil(st.intent.text),
+		HaltedAnnotation:           orNil(st.halted.textOrEmpty()),
 	}
 	meta := map[string]any{
 		"labels":      map[string]string{managedByLabel: "config-watcher"},

@@ -462,12 +462,14 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		b64 := base64.StdEncoding.EncodeToString(d["password"])
 		plain, ofB64 := sha256.Sum256(d["password"]), sha256.Sum256([]byte(b64))
 		keyed := strings.TrimPrefix(secretHashOf(t, d), keyedDigestPrefix)
-		forbidden = append(forbidden, value, b64, hex.EncodeToString(plain[:]), hex.EncodeToString(ofB64[:]), keyed)
+		keys := strings.TrimPrefix(secretKeysOf(t, d), keyedDigestPrefix)
+		forbidden = append(forbidden, value, b64, hex.EncodeToString(plain[:]), hex.EncodeToString(ofB64[:]), keyed, keys)
 	}
 
 	forbidden = append(forbidden, hex.EncodeToString(testKey), string(testKey))
 
 	logs, rec := &testlog.Buffer{}, &fakeRecorder{}
+	var annotations map[string]string // of the Secret, beside the selector
 	var metricsText strings.Builder
 	// run runs one path; refuse, if not nil, has the server refuse every
 	// state write with a Status message quoting the patch, after a
@@ -502,7 +504,7 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		}
 		cfg.SelectorAnnotation, cfg.DigestKey, cfg.Events, cfg.NewBackOff = DefaultSelectorAnnotation, testKey, rec, fastBackOff
 		c := New(cfg, api.client(), slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), NewMetrics(reg))
-		listSecrets(t, c, secretSpec{selector: ptr(sel), data: data})
+		listSecrets(t, c, secretSpec{selector: ptr(sel), annotations: annotations, data: data})
 		listConfigMaps(t, c)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -515,13 +517,20 @@ func TestSecretDataNeverLeaves(t *testing.T) {
 		}
 		require.Eventually(t, c.queue.active, waitFor, time.Millisecond)
 		settle(t, c)
-		handleSecret(t, c, watch.Modified, secretSpec{selector: ptr(sel), data: other})
+		handleSecret(t, c, watch.Modified, secretSpec{selector: ptr(sel), annotations: annotations, data: other})
 		settle(t, c)
 	}
 	run(Config{RecordHash: true}, "app=webapp", nil)
 	run(Config{RecordHash: true, DryRun: true}, "app=webapp", nil)
 	run(Config{RecordHash: true}, "app in (", nil)
 	for _, shown := range []int{0, 12} {
+		run(Config{RecordHash: true}, "app=webapp", &shown)
+	}
+	// Restarting the pods that read it: its key digests are written and
+	// compared too.
+	annotations = map[string]string{RestartReferencingAnnotation: "true"}
+	run(Config{RecordHash: true}, "app=webapp", nil)
+	for _, shown := range []int{0, 12, 40} {
 		run(Config{RecordHash: true}, "app=webapp", &shown)
 	}
 	var events strings.Builder

@@ -2,8 +2,6 @@ package policy
 
 import (
 	"time"
-
-	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // SETTLE: changes that arrive together (a Helm upgrade or a GitOps sync
@@ -39,10 +37,10 @@ func (c *Controller) settleWait(obj object, r *round, view []livePod, now time.T
 		}
 	}
 	c.mu.Unlock()
-	var ours []map[string]string // the labels of r's pods
+	var ours []*livePod // r's pods
 	for i := range view {
-		if p := &view[i]; !p.terminating && p.live() && r.sel.Matches(p.labels) {
-			ours = append(ours, p.labels)
+		if p := &view[i]; !p.terminating && p.live() && r.sel.selects(p) {
+			ours = append(ours, p)
 		}
 	}
 	var latest time.Time
@@ -50,16 +48,16 @@ func (c *Controller) settleWait(obj object, r *round, view []livePod, now time.T
 		if o.changed.Before(latest) {
 			continue
 		}
-		var sel *selector.Selector
+		var sel *selection
 		if o.obj.key() == r.key {
 			sel = r.sel
-		} else if s, err := c.selectorOf(o.obj); err == nil {
+		} else if s, err := c.selectionOf(o.obj); err == nil {
 			sel = s
 		} else {
 			continue // refused: it restarts nothing
 		}
-		for _, labels := range ours {
-			if sel.Matches(labels) {
+		for _, p := range ours {
+			if sel.selects(p) {
 				latest = o.changed
 				break
 			}

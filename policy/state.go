@@ -11,6 +11,9 @@ type entry struct {
 	// ConfigMap's), which may predate our own writes: r and i are what
 	// counts.
 	obj object
+	// rKeys are R's key digests (keys.go), set with r: "" where R has
+	// none (written before, or by a controller that keeps none).
+	rKeys keyDigests
 	// r and i are R and I: taken from a view whose annotation differs from
 	// what the server showed before (someone wrote it), and set by our own
 	// writes at once. r outlives a removed annotation and, in a tombstone,
@@ -91,6 +94,10 @@ func (e *entry) decide(recordsOnServer bool) step {
 		return stepAdopt
 	case e.r == e.obj.hash && recordsOnServer && e.shown().recorded != e.r:
 		return stepRecord
+	case e.r == e.obj.hash && e.obj.keys != "" && (e.rKeys != e.obj.keys || (recordsOnServer && e.shown().recordedKeys != e.obj.keys)):
+		// Every pod runs R: its key digests are those of the data now
+		// (an R written before, or without them).
+		return stepRecord
 	case e.r == e.obj.hash:
 		return stepNothing
 	default:
@@ -148,7 +155,7 @@ func (e *entry) apply(obj object) verdict {
 		v = verdictTheirs
 	}
 	if recorded {
-		e.r = now.recorded
+		e.r, e.rKeys = now.recorded, now.recordedKeys
 	}
 	if recorded || intentChanged {
 		e.i = now.intent // a record ends a round, its intent included
@@ -159,7 +166,7 @@ func (e *entry) apply(obj object) verdict {
 	if obj.hash != e.obj.hash || e.changed.IsZero() {
 		e.changed = time.Now()
 	}
-	if r := e.round; r != nil && (v == verdictTheirs || (r.hash != obj.hash && !r.storm) || r.selector != obj.selector) {
+	if r := e.round; r != nil && (v == verdictTheirs || (r.hash != obj.hash && !r.storm) || r.selector != obj.selectsBy()) {
 		// A round begun in a storm goes on for its data (storm.go).
 		e.ended = true // r.hash and r.selector never change: any goroutine may read them
 	}

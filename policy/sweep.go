@@ -13,7 +13,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
-	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -205,12 +204,12 @@ func (c *Controller) sayOpaque(namespace string) {
 // selectedNow returns the pods sel selects now, but the controller's own
 // and its siblings (OwnPod): from the index where one watches, else a
 // LIST.
-func (c *Controller) selectedNow(ctx context.Context, namespace string, sel *selector.Selector) ([]livePod, error) {
+func (c *Controller) selectedNow(ctx context.Context, namespace string, sel *selection) ([]livePod, error) {
 	if x := c.indexFor(namespace); x != nil {
 		if recs, _, ok := x.View(namespace); ok {
 			var pods []livePod
 			for _, rec := range recs {
-				if p := fromRecord(rec); sel.Matches(p.labels) && !c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
+				if p := fromRecord(rec); sel.selects(&p) && !c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
 					pods = append(pods, p)
 				}
 			}
@@ -326,7 +325,7 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		if recs, lists, ok := x.index.View(obj.namespace); ok && lists == x.lists {
 			caught = true
 			for _, rec := range recs {
-				if p := fromRecord(rec); r.sel.Matches(p.labels) && !c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid) {
+				if p := fromRecord(rec); r.sel.selects(&p) && !c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid) {
 					seen = append(seen, p)
 				}
 			}

@@ -212,7 +212,7 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	for _, p := range view {
 		switch {
-		case p.terminating || !p.live() || !r.sel.Matches(p.labels):
+		case p.terminating || !p.live() || !r.sel.selects(&p):
 		case c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid):
 			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
 		case cutoff != math.MaxUint64 && createdAfter(x, obj.namespace, p.uid, lists, cutoff):
@@ -269,7 +269,7 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 	}
 	for i := range view {
 		p := &view[i]
-		if p.terminating || !p.live() || !r.sel.Matches(p.labels) || p.since.IsZero() {
+		if p.terminating || !p.live() || !r.sel.selects(p) || p.since.IsZero() {
 			continue
 		}
 		if p.ready && c.cfg.MinReadySeconds > 0 {
@@ -303,7 +303,7 @@ func (c *Controller) podChanged(namespace string, labels map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.entries {
-		if r := e.round; r != nil && e.obj.namespace == namespace && (labels == nil || r.sel.Matches(labels)) {
+		if r := e.round; r != nil && e.obj.namespace == namespace && (labels == nil || r.sel.mayMatch(labels)) {
 			c.queue.Add(key) // lock order: c.mu, then the queue's
 		}
 	}
@@ -330,7 +330,7 @@ func (c *Controller) refresh(r *round, view []livePod, log *slog.Logger) (pendin
 		case p.terminating || !p.live():
 			log.Info("pod terminating or finished since the round began", "pod", p.name)
 			r.state[i] = podGone
-		case !r.sel.Matches(p.labels):
+		case !r.sel.selects(p):
 			c.countRestart("left")
 			log.Info("pod no longer selected since the round began; leaving it", "pod", p.name, "outcome", "left")
 			r.state[i] = podLeft
@@ -382,7 +382,7 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 			rounds = append(rounds, r)
 		}
 		for _, o := range others {
-			if o.sel.Matches(p.labels) && !slices.Contains(rounds, o) {
+			if o.sel.selects(p) && !slices.Contains(rounds, o) {
 				rounds = append(rounds, o)
 			}
 		}
@@ -390,7 +390,7 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 	seen := map[string]bool{}
 	var list []ownerRef
 	for _, p := range view {
-		if !p.owned() || seen[p.owner.uid] || !slices.ContainsFunc(rounds, func(o *round) bool { return o.sel.Matches(p.labels) }) {
+		if !p.owned() || seen[p.owner.uid] || !slices.ContainsFunc(rounds, func(o *round) bool { return o.sel.selects(&p) }) {
 			continue
 		}
 		seen[p.owner.uid] = true
@@ -437,7 +437,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		p := byUID[r.pods[i].uid]
 		rules := []*tally{tallies[r]}
 		for _, o := range others {
-			if !o.listed || !o.sel.Matches(p.labels) {
+			if !o.listed || !o.sel.selects(p) {
 				continue
 			}
 			if tallies[o] == nil {
@@ -468,7 +468,7 @@ func (c *Controller) unavailableReplacements(r *round, view []livePod, now time.
 	}
 	var out []livePod
 	for _, p := range view {
-		if p.owned() && p.live() && !p.terminating && !ours[p.uid] && r.sel.Matches(p.labels) && !p.available(c.cfg.MinReadySeconds, now) {
+		if p.owned() && p.live() && !p.terminating && !ours[p.uid] && r.sel.selects(&p) && !p.available(c.cfg.MinReadySeconds, now) {
 			out = append(out, p)
 		}
 	}
@@ -577,10 +577,14 @@ type lastLook struct {
 	hash   digest
 	at     time.Time
 	before map[string]bool // the round's pods: the others are replacements
+	// sel is the round's: of the pods that read the object, those that
+	// read a key the round restarted for (a reader of another key, not
+	// restarted, is no replacement).
+	sel *selection
 }
 
 func newLastLook(r *round, deadline time.Duration) *lastLook {
-	s := &lastLook{hash: r.hash, at: time.Now().Add(deadline), before: make(map[string]bool, len(r.pods))}
+	s := &lastLook{hash: r.hash, at: time.Now().Add(deadline), before: make(map[string]bool, len(r.pods)), sel: r.sel}
 	for _, p := range r.pods {
 		s.before[p.uid] = true
 	}
@@ -593,11 +597,7 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if wait := time.Until(s.at); wait > 0 {
 		return wait, nil
 	}
-	sel, err := c.selectorOf(obj)
-	if err != nil {
-		return 0, nil // the next round says so
-	}
-	live, err := c.selectedNow(ctx, obj.namespace, sel)
+	live, err := c.selectedNow(ctx, obj.namespace, s.sel)
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}

@@ -481,5 +481,5 @@ func listAnswered(t *testing.T, body []byte, check func(r *http.Request)) ([]liv
 	c, _ := newTestController(t, client, Config{})
 	sel, err := selector.Parse("app=webapp")
 	require.NoError(t, err)
-	return c.listWhole(t.Context(), "default", sel)
+	return c.listWhole(t.Context(), "default", &selection{labels: sel})
 }

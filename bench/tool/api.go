@@ -256,6 +256,7 @@ func cmdPods(args []string) error {
 	workers := fs.Int("workers", 8, "concurrent requests")
 	running := fs.Bool("running", false, "make each pod look like a Running pod a kubelet reports (owner, conditions, container status), as the pod index keeps it")
 	restatus := fs.Bool("restatus", false, "only report the status of pods made with -running again, changed (a kubelet's status updates)")
+	refs := fs.Bool("refs", false, "have each pod reference three objects of its own: a ConfigMap volume, a Secret's key in env, a ConfigMap through envFrom (none exists: a pod may reference what is missing)")
 	_ = fs.Parse(args)
 	a := api{*base}
 	name := func(i int) string { return fmt.Sprintf("%s-%d", *prefix, *from+i) }
@@ -290,6 +291,9 @@ func cmdPods(args []string) error {
 			l[k] = v
 		}
 		p := pod(name(i), l)
+		if *refs {
+			addRefs(p, name(i))
+		}
 		if owner == nil {
 			_, err := a.must("POST", nsPath(*ns, "pods", ""), p, "application/json", 201)
 			return err
@@ -300,6 +304,15 @@ func cmdPods(args []string) error {
 		}
 		return reportRunning(a, *ns, name(i), 0)
 	})
+}
+
+// addRefs makes pod p reference three objects named after it.
+func addRefs(p map[string]any, name string) {
+	spec := p["spec"].(map[string]any)
+	spec["volumes"] = []any{map[string]any{"name": "cfg", "configMap": map[string]any{"name": name + "-config", "optional": true}}}
+	c := spec["containers"].([]any)[0].(map[string]any)
+	c["envFrom"] = []any{map[string]any{"configMapRef": map[string]any{"name": name + "-env", "optional": true}}}
+	c["env"] = []any{map[string]any{"name": "TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": name + "-secret", "key": "token", "optional": true}}}}
 }
 
 // reportRunning reports pod name Running and Ready with its container
