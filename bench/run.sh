@@ -15,7 +15,7 @@
 #   idle     the three, still running, over BENCH_IDLE_SECONDS (60) without changes:
 #            utime+stime of the controller's whole session (/proc/PID/stat); RSS then
 #   burst    BENCH_BURST (500) annotated ConfigMaps, each selecting its own bare pod,
-#            changed at once (the informer both ways); every pod deleted exactly once? time to the last DELETE
+#            changed at once (the informer both ways, and BENCH_BASE if set); every pod deleted exactly once? time to the last DELETE
 #   memory   5,000 then 20,000 ConfigMaps of 1 KiB (half annotated) in one namespace:
 #   + start  exec -> /readyz 200, then RSS (VmRSS, VmHWM) once the process is quiet;
 #            the informer also made to read JSON (INFORMER_JSON=true), for the start.
@@ -177,7 +177,7 @@ for c in "${CONTROLLERS[@]}"; do
 done
 
 step "burst: $BURST annotated ConfigMaps, each selecting its own pod, changed at once"
-for c in "${CONTROLLERS[@]}" informer-podcache; do
+for c in config-watcher ${BASE:+config-watcher-base} informer shell informer-podcache; do
 	ns="bench-burst-$c"
 	bt ns -api "$CW_PROXY_URL" -ns "$ns"
 	bt burst -setup -api "$CW_PROXY_URL" -ns "$ns" -n "$BURST"

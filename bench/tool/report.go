@@ -394,6 +394,11 @@ func cmdSummary(args []string) error {
 		for _, q := range sameRunRows {
 			fmt.Printf("| %s | %.1f | %.1f | %s |\n", q.name, q.f(cw), q.f(base), ratio(q.f(cw), q.f(base), cw.n > 0, true))
 		}
+		cwBurst, okC := get("config-watcher", "burst_last_delete")
+		baseBurst, okB := get("config-watcher-base", "burst_last_delete")
+		if okB {
+			fmt.Printf("| burst: first PATCH → last pod DELETE (s) | %.2f | %.2f | %s |\n", cwBurst, baseBurst, ratio(cwBurst, baseBurst, okC, okB))
+		}
 	}
 	return nil
 }

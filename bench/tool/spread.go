@@ -11,9 +11,9 @@ import (
 )
 
 // headline is one ratio BENCHMARKS.md leads with, computed from a run's
-// results dir; ok is false when the run did not measure it. Ratios against
-// BENCH_BASE are not among them: each run may have another base (summary.md
-// shows a run's own).
+// results dir; ok is false when the run did not measure it. The ratios
+// against BENCH_BASE compare like with like only within one campaign, whose
+// runs share a base (campaign.txt names it).
 type headline struct {
 	name string
 	f    func(r runResults) (float64, bool)
@@ -70,6 +70,7 @@ var headlines = []headline{
 	{"reaction latency p50, cw / informer with a pod cache", p50Ratio("config-watcher", "informer-podcache")},
 	{"reaction latency p50, cw / shell", p50Ratio("config-watcher", "shell")},
 	{"reaction latency p50, cw / floor", p50Ratio("config-watcher", "floor")},
+	{"reaction latency p50, cw / BENCH_BASE", p50Ratio("config-watcher", "config-watcher-base")},
 	{"RSS after sync, 5,000 ConfigMaps, cw / informer", metricRatio("rss5k_rss", "config-watcher", "informer")},
 	{"RSS after sync, 20,000 ConfigMaps, cw / informer", metricRatio("rss20k_rss", "config-watcher", "informer")},
 	{"RSS growth per 1,000 ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
@@ -89,6 +90,7 @@ var headlines = []headline{
 	{"burst of 500, to the last DELETE, cw / informer", metricRatio("burst_last_delete", "config-watcher", "informer")},
 	{"burst of 500, to the last DELETE, cw / informer with a pod cache", metricRatio("burst_last_delete", "config-watcher", "informer-podcache")},
 	{"burst of 500, to the last DELETE, cw / shell", metricRatio("burst_last_delete", "config-watcher", "shell")},
+	{"burst of 500, to the last DELETE, cw / BENCH_BASE", metricRatio("burst_last_delete", "config-watcher", "config-watcher-base")},
 	{"peak RSS, 180 MB of 900 KB ConfigMaps, cw / informer", func(r runResults) (float64, bool) {
 		x, okX := r.volume["config-watcher"]
 		y, okY := r.volume["informer"]
