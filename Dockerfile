@@ -10,8 +10,7 @@
 # pinned CA bundle (docs/deployment.md, "Release files").
 #
 # Base images are pinned by tag. Pin them by digest where you build
-# (`docker buildx imagetools inspect IMAGE` prints it); no digest is written here because
-# none could be verified where this file was written.
+# (`docker buildx imagetools inspect IMAGE` prints it).
 
 ARG GO_VERSION=1.26.8
 

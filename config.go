@@ -376,11 +376,6 @@ func loadConfig(args []string, lookupEnv func(string) (string, bool), out io.Wri
 			return config{}, fmt.Errorf("%s=%q (from %s): %w", s.env, v, source, err)
 		}
 	}
-	if _, ok := lookupEnv("EVICT_TIMEOUT"); ok {
-		// Refused, not ignored: whoever set it expects an eviction to be
-		// given up on after it, and it no longer is.
-		return config{}, errors.New("EVICT_TIMEOUT is replaced by PROGRESS_DEADLINE: an eviction a disruption budget refuses is tried again in each wave, and the round halts (and says so) when no restart has been possible for PROGRESS_DEADLINE; remove EVICT_TIMEOUT")
-	}
 	if err := c.validate(); err != nil {
 		return config{}, err
 	}

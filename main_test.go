@@ -150,7 +150,6 @@ func TestLoadConfig(t *testing.T) {
 		{name: "MaxUnavailableOverAllRefused", env: map[string]string{"MAX_UNAVAILABLE": "150%"}, wantErr: "MAX_UNAVAILABLE"},
 		{name: "MaxUnavailableFractionRefused", env: map[string]string{"MAX_UNAVAILABLE": "2.5%"}, wantErr: "MAX_UNAVAILABLE"},
 		{name: "ProgressDeadlineBelowOneSecondRefused", env: map[string]string{"PROGRESS_DEADLINE": "500ms"}, wantErr: "PROGRESS_DEADLINE"},
-		{name: "EvictTimeoutRefusedWithItsReplacement", env: map[string]string{"EVICT_TIMEOUT": "5m"}, wantErr: "EVICT_TIMEOUT is replaced by PROGRESS_DEADLINE"},
 		{name: "WatchSecretsReadsTheDigestKey", env: map[string]string{"WATCH_SECRETS": "true", "DIGEST_KEY_FILE": keyFile},
 			check: func(t *testing.T, c config) {
 				assert.True(t, c.WatchSecrets)

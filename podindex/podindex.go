@@ -344,6 +344,14 @@ func (x *Index) View(namespace string) (pods []Record, lists uint64, ok bool) {
 	return pods, x.lists, true
 }
 
+// ShownUpTo returns the revision the index has shown every pod event up to
+// (0: none yet). Everything at or below it happened before this call.
+func (x *Index) ShownUpTo() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.at
+}
+
 // CaughtUp reports whether the index has shown everything up to revision
 // rv (of pods: revisions of one resource compare), waiting up to wait for
 // its watch to get there; never during a relist.

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,5 +213,63 @@ func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
 	}, waitFor, time.Millisecond)
 	settle(t, c)
 	assert.Equal(t, []string{"web-1", "web-2"}, api.removedPods(), "the replacements, made after v3 was seen, run it")
+	assert.Zero(t, m.Reconciles.Value(resultError))
+}
+
+// TestBurstRoundsDoNotWaitForOneAnothersRequests: changes of objects over
+// different pods, arriving together (the bench's burst), each seen while
+// other rounds run. A round whose pods were all there before its change was
+// seen completes and records without waiting for what only places that
+// moment among pod revisions: the other rounds' DELETEs in flight, sent
+// after it, and its mark's LIST. Its own replacement is still left alone.
+func TestBurstRoundsDoNotWaitForOneAnothersRequests(t *testing.T) {
+	api := newFakeAPI(t,
+		&fakePod{name: "a-1", uid: "uid-a", labels: map[string]string{"app": "a"}},
+		&fakePod{name: "b-1", uid: "uid-b", labels: map[string]string{"app": "b"}},
+		&fakePod{name: "c-1", uid: "uid-c", labels: map[string]string{"app": "c"}})
+	api.listsAtRevision = true
+	x := mirror(t, api, api.replacement)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server closes: a failed check must not hang on held requests
+	var heldDeletes, heldLists atomic.Int32
+	cSent := make(chan struct{})
+	api.fault = func(r request) (int, string, bool) {
+		switch {
+		case r.method == http.MethodDelete && strings.HasSuffix(r.path, "/a-1"):
+			<-cSent // a's answer comes once c's DELETE, sent after a was seen, is in flight
+		case r.method == http.MethodDelete:
+			if heldDeletes.Add(1) == 2 {
+				close(cSent)
+			}
+			<-release // the server carries the DELETE out later
+		case r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") && slices.Contains(r.query["limit"], "1"):
+			heldLists.Add(1)
+			<-release
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	c.sweepWait, c.catchUpWait = time.Hour, time.Hour // a wait would outlast the test
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-cm-b", selector: ptr("app=b"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return heldDeletes.Load() == 1 }, waitFor, time.Millisecond, "b's DELETE in flight")
+	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-cm-a", selector: ptr("app=a"), recorded: hashOf(t, v1), data: v2})
+	handle(t, c, watch.Modified, cmSpec{name: "c", uid: "uid-cm-c", selector: ptr("app=c"), recorded: hashOf(t, v1), data: v2})
+
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond,
+		"a's round recorded while the others' requests are in flight")
+	assert.Equal(t, int32(2), heldDeletes.Load(), "b's and c's DELETEs still held")
+	// The mark's LIST is sent apart from the round: it may come after the
+	// record, and is held until free.
+	require.Eventually(t, func() bool { return heldLists.Load() > 0 }, waitFor, time.Millisecond, "a mark's LIST held")
+	assert.Equal(t, []string{"a-1"}, api.removedPods())
+
+	free()
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 3 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"a-1", "b-1", "c-1"}, api.removedPods(), "each pod once, no replacement")
 	assert.Zero(t, m.Reconciles.Value(resultError))
 }

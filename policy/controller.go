@@ -111,7 +111,11 @@ type Controller struct {
 	// sweepWait bounds the sweep's wait for the index (defaultSweepWait;
 	// shorter in tests, whose index has no watch to wait for).
 	sweepWait time.Duration
-	wavePoll  time.Duration // the wait between waves (shorter in tests)
+	// catchUpWait bounds a wait for the index or for an answer that only
+	// sharpens a decision (defaultCatchUpWait; longer in tests that show a
+	// decision needs no wait).
+	catchUpWait time.Duration
+	wavePoll    time.Duration // the wait between waves (shorter in tests)
 	// replacedWait bounds the wait for the event that explains a 404 or
 	// 409 on a write of the state (defaultReplacedWait).
 	replacedWait time.Duration
@@ -124,7 +128,7 @@ type Controller struct {
 	// it outlives the Secret's entry (a selector removed and put back).
 	states     map[string]*stateSeen
 	seq        uint64         // numbers events, to tell what a list did not see
-	annotated  map[string]int // existing entries per namespace (Config.Annotated)
+	annotated  map[string]int // existing entries per namespace (told to Config.Pods.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
 	all        [2]*scope                   // by kind: the handler for a watch of every namespace
@@ -182,6 +186,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	}
 	c := &Controller{
 		sweepWait:    defaultSweepWait,
+		catchUpWait:  defaultCatchUpWait,
 		wavePoll:     wavePoll,
 		replacedWait: defaultReplacedWait,
 		budgets:      map[string]*namespaceBudget{},

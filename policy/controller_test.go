@@ -590,7 +590,7 @@ func TestListScopedToNamespace(t *testing.T) {
 	assert.Len(t, api.deletedPods(), 3, "the ConfigMap was forgotten by another namespace's list")
 }
 
-// TestAnnotatedNamespacesAreReported ensures Config.Annotated hears of a
+// TestAnnotatedNamespacesAreReported ensures Config.Pods.Annotated hears of a
 // namespace when its first annotated ConfigMap appears and when its last
 // one goes (deleted, annotation removed, or missing from a relist), and
 // only then.

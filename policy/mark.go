@@ -45,6 +45,9 @@ func (m *seenMark) wait(ctx context.Context, wait time.Duration) (uint64, bool) 
 	if m == nil {
 		return 0, false
 	}
+	if rv, ok := m.resolved(); ok || wait <= 0 {
+		return rv, ok
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -83,6 +86,28 @@ func (c *Controller) noteSeen(namespace string) *seenMark {
 		go c.sendMarks(ctx, namespace, mk)
 	}
 	return m
+}
+
+// shownUpTo returns the revision the pod index of namespace has shown
+// everything up to (0: no index). c.mu may be held: the index calls out of
+// its lock only.
+func (c *Controller) shownUpTo(namespace string) uint64 {
+	if x := c.indexFor(namespace); x != nil {
+		return x.ShownUpTo()
+	}
+	return 0
+}
+
+// seenCutoff returns the lowest pod revision known to follow the moment
+// round r's change was seen (math.MaxUint64: none): the answers of the
+// DELETEs sent after it, and its mark. With wait, it waits that long for
+// those still in flight, for a lower one; without, it says what is known.
+func (c *Controller) seenCutoff(ctx context.Context, namespace string, r *round, wait time.Duration) uint64 {
+	low := c.budgetOf(namespace).cutoffAfter(ctx, r.seenAt, wait)
+	if rv, ok := r.mark.wait(ctx, wait); ok {
+		low = min(low, rv)
+	}
+	return low
 }
 
 // roundIn: a round of namespace is in progress. c.mu must be held.

@@ -115,8 +115,8 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 	// Read in place, through a string view of raw that does not outlive
 	// this call; what is kept is cloned (TestParsedConfigMapOutlivesTheEvent).
 	// A copy of the object (gjson.ParseBytes), and of each value to hash it,
-	// raised the peak RSS at start by 2.5-6 MiB (1.14-1.36x) with 900 KB
-	// ConfigMaps in make bench (bench/results/history.md).
+	// raised the peak RSS at start with 900 KB ConfigMaps (the measurement:
+	// bench/results/history.md).
 	doc := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
 	meta := doc.Get("metadata")
 	obj := object{

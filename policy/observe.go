@@ -183,6 +183,7 @@ func (c *Controller) takeView(e *entry, obj object) {
 	changed := e.changed
 	verdict := e.apply(obj)
 	if !e.changed.Equal(changed) {
+		e.seenFloor = c.shownUpTo(obj.namespace) // before the moment: no later than it
 		e.seenAt = c.moment.Add(1)
 		e.mark = c.noteSeen(obj.namespace)
 		if !changed.IsZero() {

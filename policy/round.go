@@ -65,8 +65,9 @@ type round struct {
 	firstRestart atomic.Bool
 	// seenAt is the moment (Controller.moment) its change was seen here,
 	// or, resumed or first seen before it, the round began: pods the
-	// DELETEs sent after it replaced are not its own (seenAfter).
-	seenAt uint64
+	// DELETEs sent after it replaced are not its own (seenAfter); seenFloor
+	// as entry.seenFloor.
+	seenAt, seenFloor uint64
 	// mark is the pod revision of the moment its change was seen, where a
 	// round was in progress then (mark.go); nil: none.
 	mark *seenMark
@@ -342,8 +343,9 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		return nil, errSuperseded
 	}
 	e.round, e.last, e.ourIntent = r, nil, ""
-	r.seenAt = e.seenAt
+	r.seenAt, r.seenFloor = e.seenAt, e.seenFloor
 	if resume != nil || r.seenAt == 0 {
+		r.seenFloor = c.shownUpTo(obj.namespace) // before the moment: no later than it
 		r.seenAt = c.moment.Add(1)
 	} else {
 		r.mark = e.mark

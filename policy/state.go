@@ -43,8 +43,10 @@ type entry struct {
 	changed time.Time
 	// seenAt is the moment (Controller.moment) changed was set: a pod that
 	// a DELETE sent after it replaced was created after the change was
-	// seen, and is not restarted for it.
-	seenAt uint64
+	// seen, and is not restarted for it. seenFloor is what the pod index
+	// had shown just before: a pod created at or below it came before the
+	// change was seen, whatever a DELETE or a mark says later.
+	seenAt, seenFloor uint64
 	// mark places the moment changed was set among pod revisions, where a
 	// round was in progress in the namespace then (mark.go); nil: none.
 	mark *seenMark

@@ -57,12 +57,12 @@ type PodIndexes interface {
 // for its watch to reconnect through a few failed tries.
 const defaultSweepWait = 10 * time.Second
 
-// catchUpWait bounds the wait for the index to reach a round's bound. A
+// defaultCatchUpWait bounds the wait for the index to reach a round's bound. A
 // bound from a DELETE's answer is reached within milliseconds (the index
 // sees that deletion's event); one from a LIST, in a quiet namespace, only
 // at the next bookmark, minutes later: a worker is not held for it, and one
 // sweep LIST decides instead.
-const catchUpWait = 500 * time.Millisecond
+const defaultCatchUpWait = 500 * time.Millisecond
 
 // indexed is the state of a round that began from the index: what bounds
 // its membership. The worker of the round owns it, but for mu's fields
@@ -132,6 +132,16 @@ func (x *indexed) startedBefore(ctx context.Context, namespace string, p podRef,
 	}
 	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
 	return !known || lists != x.lists || created < first
+}
+
+// createdAbove reports whether the index saw p created above revision
+// floor; false where it cannot tell (startedBefore then says "yes" anyway).
+func (x *indexed) createdAbove(ctx context.Context, namespace string, p podRef, floor uint64, deadline time.Time) bool {
+	if p.version <= floor {
+		return false // its latest revision is no later
+	}
+	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
+	return known && lists == x.lists && created > floor
 }
 
 // indexFor returns the index of namespace if one can answer now.
@@ -312,7 +322,7 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 	}
 	var seen []livePod
 	caught := false
-	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, min(time.Until(deadline), catchUpWait)) {
+	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, min(time.Until(deadline), c.catchUpWait)) {
 		if recs, lists, ok := x.index.View(obj.namespace); ok && lists == x.lists {
 			caught = true
 			for _, rec := range recs {
@@ -328,12 +338,10 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		}
 		x.listOnly = true
 	}
-	// Any round's DELETE sent after the change was seen.
-	afterSeen := c.budgetOf(obj.namespace).cutoffAfter(ctx, r.seenAt, min(time.Until(deadline), catchUpWait))
-	if rv, ok := r.mark.wait(ctx, min(time.Until(deadline), catchUpWait)); ok {
-		afterSeen = min(afterSeen, rv)
-	}
-	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline), afterSeen)
+	// What follows the moment the change was seen, as known now; waited for
+	// below only where a pod's membership depends on it.
+	first := min(bound, x.firstDeletion(ctx, obj.namespace, deadline), c.seenCutoff(ctx, obj.namespace, r, 0))
+	waited := false
 	state := make(map[string]podState, len(r.pods))
 	for i, p := range r.pods {
 		state[p.uid] = r.state[i]
@@ -347,10 +355,26 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		case r.only != nil && !r.only[p.uid]: // a resumed round's pods are those its intent names
 		case taken: // refused or left, and selected again
 			missed = append(missed, p)
-		case opaque || x.startedBefore(ctx, obj.namespace, p, first, deadline):
+		case opaque:
 			missed = append(missed, p)
 		default:
-			log.Info("leaving pod created after the round began", "pod", p.name)
+			before := x.startedBefore(ctx, obj.namespace, p, first, deadline)
+			if before && !waited && x.createdAbove(ctx, obj.namespace, p, r.seenFloor, deadline) {
+				// Created after what the index had shown when the change
+				// was seen: perhaps after it, by a DELETE in flight then.
+				// What places that moment (the DELETEs sent after it, the
+				// mark) is waited for here, once, and only for such a pod:
+				// rounds over pods that were there before (a burst of
+				// changes) never wait for one another's requests.
+				waited = true
+				first = min(first, c.seenCutoff(ctx, obj.namespace, r, min(time.Until(deadline), c.catchUpWait)))
+				before = x.startedBefore(ctx, obj.namespace, p, first, deadline)
+			}
+			if before {
+				missed = append(missed, p)
+			} else {
+				log.Info("leaving pod created after the round began", "pod", p.name)
+			}
 		}
 	}
 	if len(missed) > 0 {

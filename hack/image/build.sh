@@ -2,12 +2,14 @@
 # Writes the images as tarballs into bin/images/, with no container engine and no
 # registry (the assembler is hack/image, a module of its own):
 #
-#   config-watcher.tar  ghcr.io/k8spatterns/config-watcher:$VERSION: the static linux
+#   config-watcher.tar  ghcr.io/k8spatterns/config-watcher:dev-<commit> ($VERSION): the static linux
 #                       binary for this machine's architecture (CGO_ENABLED=0), the CA
 #                       bundle (Mozilla's roots from the Go module go.mod pins, not this
 #                       machine's), 65532:65532. Same content as the Dockerfile's
 #                       result, without distroless' /etc/passwd and tzdata. A release's
 #                       images for both platforms: make release (hack/release.sh).
+#
+#   kustomization.yaml  manifests/ with that image: kubectl apply -n default -k bin/images/
 #
 # With --e2e, also the images the e2e node runs under the manifests' exact names, none
 # of which can be pulled here:
@@ -26,9 +28,11 @@ repo="$(cd "$image_dir/../.." && pwd)"
 # shellcheck source=hack/node-lib.sh
 source "$repo/hack/node-lib.sh"
 
-# The tag the manifests deploy, so that what is built is what they name.
-VERSION="${VERSION:-$(awk '/name: ghcr.io\/k8spatterns\/config-watcher/ {getline; print $2}' "$repo/manifests/base/kustomization.yaml")}"
-[[ -n $VERSION ]] || cw_die "no config-watcher tag found in manifests/base/kustomization.yaml; set VERSION"
+# A dev build is tagged as one (dev-<commit>, -dirty with uncommitted changes), never with a
+# release's tag: a node that loaded it would keep it under that tag after the release.
+commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git -C "$repo" diff --quiet HEAD 2>/dev/null || commit+="-dirty"
+VERSION="${VERSION:-dev-$commit}"
 # Reproducible by default: the time of the last commit, else 0.
 SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}"
 export SOURCE_DATE_EPOCH
@@ -54,6 +58,18 @@ revision="$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
 	-label org.opencontainers.image.title=config-watcher \
 	-label org.opencontainers.image.source=https://github.com/k8spatterns/config-watcher \
 	-label "org.opencontainers.image.version=$VERSION"
+
+cat >"$out/kustomization.yaml" <<EOF
+# Written by make image: manifests/ running the image it built (bin/images/config-watcher.tar).
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../../manifests
+images:
+- name: ghcr.io/k8spatterns/config-watcher
+  newTag: $VERSION
+EOF
+cw_log "bin/images/config-watcher.tar is ghcr.io/k8spatterns/config-watcher:$VERSION; bin/images/kustomization.yaml deploys it"
 
 [[ ${1:-} == --e2e ]] || exit 0
 
