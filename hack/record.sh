@@ -9,10 +9,12 @@
 # it cannot: a metadata-only LIST or watch (get --raw sends its own Accept header) and the
 # body of an error (it prints the error instead); curl records those through the control
 # plane's `kubectl proxy`, as config-watcher sends its requests. A watch starts from a
-# resourceVersion noted before the changes it is to show, once they are made: the server
-# replays them in order, then sends BOOKMARKs until timeoutSeconds ends the stream, so
-# nothing depends on timing. The ConfigMaps of modified-*.ndjson come from hack/record,
-# whose data tests pin.
+# resourceVersion noted before the changes it is to show, mostly once they are made: the
+# server replays them in order until timeoutSeconds ends the stream. The watch cache sends
+# BOOKMARKs (2 s before the timeout) only to a watch that was open while the changes were
+# made (tried on 1.37), so watch-events.ndjson, which must hold some, is opened first and
+# its first event awaited before the other changes. The ConfigMaps of modified-*.ndjson
+# come from hack/record, whose data tests pin.
 #
 # The new files replace the old ones once each shows what it must; then the unit tests
 # that replay them run (`git checkout testdata/recorded` restores the old files).
@@ -31,7 +33,7 @@ command -v curl >/dev/null || cw_die "curl not found"
 out=$repo/testdata/recorded
 work=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-record.XXXXXX")
 rec=$work/out
-state=
+state= watcher=
 cleanup() {
 	if [[ -n $state ]]; then CW_STATE_DIR=$state "$hack_dir/cluster.sh" down || true; fi
 	rm -rf "$work"
@@ -82,6 +84,12 @@ watch_from() {
 	local uri="$2&watch=true&allowWatchBookmarks=true&timeoutSeconds=${TIMEOUT:-20}"
 	if [[ -n ${3:-} ]]; then get_as "$3" "$1" "$uri"; else get "$1" "$uri"; fi
 }
+# watch_open FILE URI [ACCEPT] starts watch_from in the background; watch_close waits for
+# the server to end it.
+watch_open() { watch_from "$@" & watcher=$!; }
+watch_close() { wait "$watcher"; }
+# has_event FILE TYPE: the recording FILE holds an event of TYPE.
+has_event() { grep -q "\"type\":\"$2\"" "$rec/$1"; }
 # wait_for WHAT CMD... retries CMD until it succeeds, for 60 s at most.
 wait_for() {
 	local what=$1 i
@@ -148,11 +156,13 @@ record_configmaps() {
 	get list-page-2.json "$ns/configmaps?limit=1&continue=$(continue_of list-page-1.json)"
 	get watch-no-rv.ndjson "$ns/configmaps?watch=true&timeoutSeconds=2"
 
+	watch_open watch-events.ndjson "$ns/configmaps?resourceVersion=$(rv list.json)"
 	configmap watched-config message Hello app=webapp | create
+	wait_for "ADDED in watch-events.ndjson" has_event watch-events.ndjson ADDED # the watch is open
 	k patch configmap watched-config --type=merge -p '{"data":{"message":"Hello, World"}}'
 	k label configmap watched-config tier=frontend
 	k delete configmap watched-config
-	watch_from watch-events.ndjson "$ns/configmaps?resourceVersion=$(rv list.json)"
+	watch_close
 
 	local f size from
 	for f in 1kib:1024 100kib:102400 1mib:1047552; do
