@@ -103,7 +103,7 @@ bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 po
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh
 
-record: ## re-record testdata/recorded/, one fresh control plane per phase (RECORD_PHASES=secrets: one phase; a few min)
+record: ## re-record testdata/recorded/ with kubectl on two fresh control planes, then run the unit tests that replay it (needs jq; a few min)
 	bash hack/record.sh
 
 ##@ local control plane and node

@@ -31,19 +31,3 @@ func TestTextIsDeterministic(t *testing.T) {
 		t.Error("text ignores its seed")
 	}
 }
-
-// TestBinaryIsNotUTF8 ensures the Secret's binary value is bytes no string
-// conversion survives, and the same on every recording.
-func TestBinaryIsNotUTF8(t *testing.T) {
-	for _, seed := range []uint64{1, 2} {
-		if utf8.Valid(binary(seed, 32)) {
-			t.Errorf("binary(%d, 32) is valid UTF-8", seed)
-		}
-		if string(binary(seed, 32)) != string(binary(seed, 32)) {
-			t.Errorf("binary(%d, 32) differs between calls", seed)
-		}
-	}
-	if string(binary(1, 32)) == string(binary(2, 32)) {
-		t.Error("binary ignores its seed")
-	}
-}
