@@ -50,6 +50,7 @@ var notCommits = map[string]string{
 var inputs = map[string]string{
 	"1 MiB":   "the API server's limit on an object (etcd's request size)",
 	"256 KiB": "the annotation size limit the controller enforces",
+	"16 KiB":  "the cap on the restarted-for-keys annotation (maxKeyDigestsText)",
 	"64 MiB":  "the manifests' memory limit",
 	"16 MiB":  "MAX_RESPONSE_BYTES's default",
 	"1 GiB":   "the ceiling MAX_RESPONSE_BYTES refuses above",
