@@ -188,6 +188,10 @@ for c in config-watcher ${BASE:+config-watcher-base} informer shell informer-pod
 	stop "$c"
 done
 
+# The kubectl proxy in front of it all is the ambassador of the manifests (the same
+# kubectl version): its RSS once it has carried the latency and burst steps' traffic.
+bt mem -pid "$(<"$CW_STATE_DIR/kubectl-proxy.pid")" -controller ambassador -results "$RESULTS" -metric proxy
+
 step "memory and start: $MEM_SMALL ConfigMaps of 1 KiB, half annotated"
 ns=bench-mem
 bt ns -api "$CW_PROXY_URL" -ns "$ns"

@@ -362,6 +362,10 @@ func cmdSummary(args []string) error {
 				ratio(cw, inf, okC, okI), ratio(cw, js, okC, okJ))
 		}
 	}
+	if rss, ok := get("ambassador", "proxy_rss"); ok {
+		hwm, _ := get("ambassador", "proxy_hwm")
+		fmt.Printf("\nThe ambassador (the control plane's `kubectl proxy`) after the latency and burst steps: RSS %.1f MiB, peak %.1f MiB.\n", rss, hwm)
+	}
 	if floor := stats(lat["floor"]); floor.n > 0 {
 		cw, inf := stats(lat["config-watcher"]), stats(lat["informer"])
 		fmt.Println()
