@@ -61,7 +61,7 @@ type Config struct {
 	// LabelSelector, if set, narrows them by labels (the Namespaces that
 	// opted in); an object that stops matching arrives as DELETED.
 	LabelSelector string
-	PageSize      int // of a paged list [500]; it bounds requests, not memory
+	PageSize      int // of a paged list [apiclient.ListPageSize]; it bounds requests, not memory
 	// StartAfter, if set, holds the first list until it is closed: the
 	// objects are judged by what another loop must have listed first.
 	StartAfter <-chan struct{}
@@ -127,7 +127,7 @@ type ListWatcher struct {
 // New returns a ListWatcher; call Run to start it.
 func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *Metrics) *ListWatcher {
 	if cfg.PageSize <= 0 {
-		cfg.PageSize = 500
+		cfg.PageSize = apiclient.ListPageSize
 	}
 	if cfg.MinWatchTimeout <= 0 {
 		cfg.MinWatchTimeout = 5 * time.Minute
@@ -304,29 +304,22 @@ func (lw *ListWatcher) accept(metadata string) string {
 // the handler.
 func (lw *ListWatcher) list(ctx context.Context) error {
 	lw.h.BeginList()
-	q := lw.query(url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}})
-	for {
-		meta, err := lw.listPage(ctx, q)
-		switch {
-		case err != nil && apiclient.IsGone(err) && q.Has("continue"):
-			return fmt.Errorf("list continue token expired: %w", err)
-		case err != nil:
-			return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
-		case meta.ResourceVersion == "":
-			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
-		case meta.Continue == "":
-			lw.rv = meta.ResourceVersion
-			lw.h.EndList()
-			if p, ok := lw.h.(Progresser); ok {
-				p.Progress(meta.ResourceVersion)
-			}
-			lw.needList = false
-			lw.listed.Store(true)
-			lw.markHealthy()
-			return nil
-		}
-		q.Set("continue", meta.Continue)
+	meta, err := apiclient.List(ctx, lw.client, lw.cfg.Path, lw.query(url.Values{}), lw.accept(apiclient.MetadataListAccept), lw.cfg.PageSize, lw.listItem)
+	switch {
+	case err != nil:
+		return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
+	case meta.ResourceVersion == "":
+		return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
 	}
+	lw.rv = meta.ResourceVersion
+	lw.h.EndList()
+	if p, ok := lw.h.(Progresser); ok {
+		p.Progress(meta.ResourceVersion)
+	}
+	lw.needList = false
+	lw.listed.Store(true)
+	lw.markHealthy()
+	return nil
 }
 
 // query adds what narrows every request of the loop to q.
@@ -340,22 +333,15 @@ func (lw *ListWatcher) query(q url.Values) url.Values {
 	return q
 }
 
-// listPage reads one page and hands over its items as it decodes them.
-func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (ListMeta, error) {
-	body, err := lw.client.GetBody(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataListAccept))
-	if err != nil {
-		return ListMeta{}, err
+// listItem hands one listed object to the handler as Synced.
+func (lw *ListWatcher) listItem(raw []byte) {
+	rv := gjson.GetBytes(raw, "metadata.resourceVersion")
+	if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
+		lw.metrics.Malformed.Inc()
+		lw.log.Warn("skipping malformed list item", "path", lw.cfg.Path, "err", &MalformedError{Reason: "list item is not an object with metadata.resourceVersion", Length: len(raw)})
+		return
 	}
-	defer body.Close()
-	return ReadPage(body, func(raw []byte) {
-		rv := gjson.GetBytes(raw, "metadata.resourceVersion")
-		if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
-			lw.metrics.Malformed.Inc()
-			lw.log.Warn("skipping malformed list item", "path", lw.cfg.Path, "err", &MalformedError{Reason: "list item is not an object with metadata.resourceVersion", Length: len(raw)})
-			return
-		}
-		lw.h.Handle(Event{Type: Synced, Object: raw, ResourceVersion: rv.Str})
-	})
+	lw.h.Handle(Event{Type: Synced, Object: raw, ResourceVersion: rv.Str})
 }
 
 // watch opens one watch from lw.rv and dispatches its events until the

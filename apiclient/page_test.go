@@ -1,4 +1,4 @@
-package watch
+package apiclient
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -14,6 +16,37 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 )
+
+// fixtureDirs are where list pages come from: the hand-made ones the watch's
+// tests serve, and the recorded ones, when there are (make record).
+var fixtureDirs = []struct {
+	name     string
+	dir      string
+	recorded bool
+}{
+	{name: "HandMade", dir: "../watch/testdata"},
+	{name: "Recorded", dir: "../testdata/recorded", recorded: true},
+}
+
+// fixture returns the path of name in dir; a missing recording skips the test.
+func fixture(t *testing.T, dir string, recorded bool, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		if recorded {
+			t.Skipf("no recording %s (make record): %v", p, err)
+		}
+		t.Fatalf("fixture %s: %v", p, err)
+	}
+	return p
+}
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
 
 // pageItems reads a page with ReadPage and returns a copy of each item.
 func pageItems(r io.Reader) ([]string, ListMeta, error) {
