@@ -302,7 +302,7 @@ func fmtSelector(s *selector.Selector) string {
 func learnOwnPod(ctx context.Context, client *apiclient.Client, own policy.OwnPod, log *slog.Logger) (policy.OwnPod, error) {
 	learned, err := backoff.RetryNotifyWithData(func() (policy.OwnPod, error) {
 		return policy.LearnOwnPod(ctx, client, own)
-	}, backoff.WithContext(watch.DefaultBackOff(), ctx), func(err error, d time.Duration) {
+	}, backoff.WithContext(apiclient.DefaultBackOff(), ctx), func(err error, d time.Duration) {
 		log.Warn("could not read own pod; retrying", "err", err, "retry_in", d)
 	})
 	if err != nil {

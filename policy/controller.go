@@ -16,7 +16,6 @@ import (
 	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/selector"
-	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // Config of the controller. Zero values take the defaults New sets.
@@ -173,7 +172,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
 	if cfg.NewBackOff == nil {
-		cfg.NewBackOff = watch.DefaultBackOff
+		cfg.NewBackOff = apiclient.DefaultBackOff
 	}
 	if cfg.Strategy == "" {
 		cfg.Strategy = StrategyDelete

@@ -70,23 +70,10 @@ type Config struct {
 	// reconnections of many controllers [300 s, twice the minimum].
 	MinWatchTimeout, MaxWatchTimeout time.Duration
 
-	NewBackOff func() backoff.BackOff               // retry policy, never stopping [DefaultBackOff]
+	NewBackOff func() backoff.BackOff               // retry policy, never stopping [apiclient.DefaultBackOff]
 	ReadyGrace time.Duration                        // still ready this long after the last open watch, while it reconnects [60 s]
 	Now        func() time.Time                     // [time.Now]
 	After      func(time.Duration) <-chan time.Time // waits between retries [time.After]
-}
-
-// DefaultBackOff is client-go's retry policy (0.8 s, doubling, 30 s cap) with
-// jitter, so that controllers retrying a server that just came back do not
-// arrive together.
-func DefaultBackOff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(800*time.Millisecond),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMultiplier(2),
-		backoff.WithMaxInterval(maxBackOff),
-		backoff.WithMaxElapsedTime(0), // a controller never gives up on its API server
-	)
 }
 
 const (
@@ -96,8 +83,6 @@ const (
 	// resetBackOffAfter: only a watch with events or open this long resets the
 	// backoff, so a server dropping every stream still meets growing delays.
 	resetBackOffAfter = 2 * time.Minute
-	maxBackOff        = 30 * time.Second
-	maxRetryAfter     = 5 * time.Minute // bounds a server's Retry-After
 	// watchSlack lets the server end a watch at its timeoutSeconds before the
 	// client gives up on a silent connection.
 	watchSlack = 30 * time.Second
@@ -139,7 +124,7 @@ func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *M
 		cfg.ReadyGrace = time.Minute
 	}
 	if cfg.NewBackOff == nil {
-		cfg.NewBackOff = DefaultBackOff
+		cfg.NewBackOff = apiclient.DefaultBackOff
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -271,24 +256,12 @@ func (lw *ListWatcher) failed(msg string, err error) {
 	lw.problem.Store(&problem)
 }
 
-// wait sleeps for RetryDelay.
+// wait sleeps for apiclient.RetryDelay.
 func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
 	select {
 	case <-ctx.Done():
-	case <-lw.cfg.After(RetryDelay(bo, err)):
+	case <-lw.cfg.After(apiclient.RetryDelay(bo, err)):
 	}
-}
-
-// RetryDelay is how long to wait before retrying after err: bo's next
-// interval, or longer if the server asked for it with Retry-After (up to
-// five minutes). It is the one retry delay of the controller, for watches
-// and rounds alike.
-func RetryDelay(bo backoff.BackOff, err error) time.Duration {
-	d := bo.NextBackOff()
-	if d == backoff.Stop {
-		d = maxBackOff // a policy that gives up is a mistake: a controller never does
-	}
-	return max(d, min(apiclient.RetryAfter(err), maxRetryAfter))
 }
 
 // accept returns metadata if the config asks for metadata only, else the

@@ -371,7 +371,7 @@ func TestListWatcherRetriesWatchFromSameRV(t *testing.T) {
 		{name: "Status500BacksOff", watch: status(http.StatusInternalServerError, internalStatus), wantMinDelay: time.Millisecond},
 		{name: "Status429RetryAfterHeaderHonoured", watch: status(http.StatusTooManyRequests, tooMany, "Retry-After", "3"), wantMinDelay: 3 * time.Second},
 		{name: "Status503PlainTextRetryAfterHonoured", watch: status(http.StatusServiceUnavailable, "Error trying to reach service: 'dial tcp 10.0.0.1:6443: connect: connection refused'\n", "Retry-After", "2"), wantMinDelay: 2 * time.Second},
-		{name: "RetryAfterBoundedToFiveMinutes", watch: status(http.StatusTooManyRequests, "Too many requests, please try again later.\n", "Retry-After", "86400"), wantMinDelay: maxRetryAfter, wantMaxDelay: maxRetryAfter},
+		{name: "RetryAfterBoundedToFiveMinutes", watch: status(http.StatusTooManyRequests, "Too many requests, please try again later.\n", "Retry-After", "86400"), wantMinDelay: 5 * time.Minute, wantMaxDelay: 5 * time.Minute},
 		{name: "HangUpBacksOff", watch: hangUp, wantMinDelay: time.Millisecond},
 		{name: "ErrorEventWithoutStatusBacksOff", watch: stream(`{"type":"ERROR","object":{"message":"something odd"}}`), wantMinDelay: time.Millisecond},
 		{name: "NotFound404BacksOff", watch: status(http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"default\" not found","reason":"NotFound","details":{"name":"default","kind":"namespaces"},"code":404}`), wantMinDelay: time.Millisecond},
@@ -590,7 +590,7 @@ func TestListWatcherBackOffStopStillWaits(t *testing.T) {
 	api.waitWatches(t, 2)
 	l.stop(t)
 
-	assert.Equal(t, []time.Duration{maxBackOff}, l.after.requested())
+	assert.Equal(t, []time.Duration{30 * time.Second}, l.after.requested(), "a policy that gives up waits the 30 s cap (apiclient.RetryDelay)")
 }
 
 // TestListWatcherReadyAndAlive ensures Alive follows Run, and Ready is false
@@ -639,24 +639,6 @@ func TestListWatcherReadyGrace(t *testing.T) {
 
 	close(third)
 	require.Eventually(t, l.lw.Ready, waitLimit, time.Millisecond, "ready again once a watch is open")
-}
-
-// TestDefaultBackOff ensures the default policy starts near client-go's
-// 0.8 s, grows, stays under its 30 s cap (plus jitter) and never gives up.
-func TestDefaultBackOff(t *testing.T) {
-	bo := DefaultBackOff()
-	first := bo.NextBackOff()
-	assert.GreaterOrEqual(t, first, 400*time.Millisecond)
-	assert.LessOrEqual(t, first, 1200*time.Millisecond)
-	last := first
-	for range 200 {
-		last = bo.NextBackOff()
-		require.NotEqual(t, backoff.Stop, last, "the default backoff gave up")
-		assert.LessOrEqual(t, last, 45*time.Second)
-	}
-	assert.GreaterOrEqual(t, last, 15*time.Second, "grown to its cap")
-	bo.Reset()
-	assert.LessOrEqual(t, bo.NextBackOff(), 1200*time.Millisecond, "Reset starts over")
 }
 
 // TestListWatcherTimeoutEndCounted ensures a watch the server ends at its
