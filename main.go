@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}
 		// Paged lists decoded item by item: memory follows the largest
 		// ConfigMap, not the namespace (docs/memory.md).
-		objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "ConfigMap", StartAfter: startAfter}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "ConfigMap", StartAfter: startAfter}, client, ctrl.ForConfigMaps(ns), log, watchMetrics))
 	}
 	if cfg.WatchSecrets {
 		secretMetrics := watch.NewMetricsFor(reg, "secret")

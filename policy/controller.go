@@ -97,7 +97,7 @@ type API interface {
 var _ API = (*apiclient.Client)(nil)
 
 // Controller keeps what the watches of ConfigMaps and Secrets show
-// (ForNamespace and ForSecrets give each its handler) and runs the workers.
+// (ForConfigMaps and ForSecrets give each its handler) and runs the workers.
 type Controller struct {
 	cfg     Config
 	api     API

@@ -27,8 +27,8 @@ const (
 	// allow now (its cause reason is DisruptionBudget). Tried again in the
 	// next wave.
 	answerBlocked
-	// answerGone: 404. The object is gone; its DELETED event comes.
-	answerGone
+	// answerNotFound: 404. The object is gone; its DELETED event comes.
+	answerNotFound
 	// answerConflict: a precondition failed, the object changed or was
 	// replaced under the same name (409, or 422 on metadata.uid).
 	answerConflict
@@ -55,7 +55,7 @@ func classify(err error) answer {
 	}
 	switch se.Code {
 	case http.StatusNotFound:
-		return answerGone
+		return answerNotFound
 	case http.StatusConflict:
 		return answerConflict
 	case http.StatusTooManyRequests:

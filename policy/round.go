@@ -105,8 +105,8 @@ type podState uint8
 const (
 	podPending   podState = iota
 	podRestarted          // or would be, in a dry run
-	podGone               // not found
-	podRefused            // replaced by another pod of its name, or (index) changed since seen
+	podGone               // not found, or terminating or finished since it was selected
+	podReplaced           // another pod of its name since it was selected
 	podLeft               // changed since selected, and no longer selected
 )
 
@@ -559,7 +559,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 		}
 		switch classify(err) {
 		case answerOK:
-		case answerGone, answerConflict:
+		case answerNotFound, answerConflict:
 			c.doneWriting(key, &after)
 			if !c.waitReplaced(ctx, key, obj) {
 				return fmt.Errorf("write %s on %s %s/%s: %w; no event shows it replaced or deleted, so it is written again", what, obj.kind.logKey(), obj.namespace, obj.name, err)
