@@ -135,9 +135,6 @@ func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
 // IsConflict: a precondition (uid, resourceVersion) did not hold.
 func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
 
-// IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not allow now.
-func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }
-
 // IsForbidden: RBAC refused the request.
 func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }
 

@@ -429,7 +429,7 @@ func TestMalformedObjectSkipped(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	c, m := newTestController(t, api.client(), Config{RecordHash: true})
 	for _, raw := range []string{`{}`, `{"metadata":null}`, `{"metadata":{"name":"x"}}`, `not json`, ``} {
-		c.Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
+		configMaps(c).Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
 	}
 	assert.Equal(t, uint64(5), m.SkippedObjects.Value())
 	assert.True(t, c.queue.idle())

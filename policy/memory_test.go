@@ -151,7 +151,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 				}
 				for _, raw := range recorded {
 					if raw != nil {
-						c.Handle(watch.Event{Type: watch.Modified, Object: raw})
+						all.Handle(watch.Event{Type: watch.Modified, Object: raw})
 					}
 				}
 				if c.queue.Len() != 0 {

@@ -117,9 +117,6 @@ func (c *Controller) releaseAfterSync() {
 
 func (s *scope) Handle(ev watch.Event) { s.c.handle(s.kind, ev) }
 
-// Handle takes a ConfigMap event of any scope.
-func (c *Controller) Handle(ev watch.Event) { c.handle(kindConfigMap, ev) }
-
 // handle takes an event of any scope. It only records state and queues
 // work.
 func (c *Controller) handle(k kind, ev watch.Event) {
