@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // StatusError is a non-2xx answer, filled from its Status body when there is
@@ -119,14 +121,7 @@ var keyedDigest = regexp.MustCompile(regexp.QuoteMeta(KeyedDigestPrefix) + `[0-9
 // digests hidden first (a cut could leave part of one that no longer
 // matches), then cut at n bytes.
 func quoted(s string, n int) string {
-	return truncate(keyedDigest.ReplaceAllLiteralString(s, KeyedDigestPrefix+"(not shown)"), n)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return truncate.String(keyedDigest.ReplaceAllLiteralString(s, KeyedDigestPrefix+"(not shown)"), n)
 }
 
 // IsNotFound: the object does not exist (any more).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // answer is what the API server's answer to one of our writes (a patch of
@@ -99,6 +100,6 @@ func (c *Controller) refused(obj object, verb, resource, need string, err error)
 	}
 	c.metrics.WritesRefused.Inc(resource)
 	c.log.Error("write refused; will retry", "namespace", obj.namespace, obj.kind.logKey(), obj.name, "write", verb+" "+resource, "fix", fix, "err", err)
-	c.event(obj, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
+	c.event(obj, events.Warning, "WriteRefused", truncate.String(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
 	return &refusal{fmt.Errorf("%s: %w", fix, err)}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -249,8 +250,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
-		log.Error("refusing to restart pods: invalid selector", "selector", truncate(obj.selector, 256), "err", err)
-		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(obj.selector, 256), err))
+		log.Error("refusing to restart pods: invalid selector", "selector", truncate.String(obj.selector, 256), "err", err)
+		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate.String(obj.selector, 256), err))
 		return resultRefused, 0, nil
 	}
 	log = log.With("selector", sel.labels.String())
@@ -669,5 +670,5 @@ func (c *Controller) roundFailed(obj object, err error) {
 	if _, ok := errors.AsType[*refusal](err); ok {
 		return // its Event is out already
 	}
-	c.event(obj, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
+	c.event(obj, events.Warning, "RestartFailed", truncate.String(err.Error(), 512)+" (will retry)")
 }

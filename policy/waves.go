@@ -14,6 +14,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 	"github.com/k8spatterns/config-watcher/podindex"
 )
 
@@ -497,7 +498,7 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began (%d) instead.",
 		est.owner.kind, est.owner.name, est.err, est.pods)
 	log.Warn("counting expected pods without their owner's scale", "owner", est.owner.kind+"/"+est.owner.name, "pods", est.pods, "err", est.err)
-	c.event(obj, typ, "ExpectedPodsEstimated", truncate(msg, 1024))
+	c.event(obj, typ, "ExpectedPodsEstimated", truncate.String(msg, 1024))
 }
 
 // judgeProgress halts round r once no restart has been possible for
