@@ -322,6 +322,16 @@ func (c *Controller) runRound(ctx context.Context, key string, obj object, r *ro
 // something that keeps removing it is not fought without a pause.
 const maxRewrites = 3
 
+// ensureIntent writes round r's intent (I) over its pods unless the server
+// shows it already: before the round's first restart, or its wait to
+// settle, so that a round cut short leaves it behind.
+func (c *Controller) ensureIntent(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	if !c.needsIntent(key, r) {
+		return nil
+	}
+	return c.writeIntent(ctx, key, obj, r, r.pods, log)
+}
+
 // needsIntent: r has pods, and the server does not show its intent.
 func (c *Controller) needsIntent(key string, r *round) bool {
 	c.mu.Lock()

@@ -116,10 +116,8 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// taken now (pods created while it settles are not its own), and
 		// its intent written, so that a kill leaves each object's.
 		c.startBound(ctx, obj.namespace, r)
-		if c.needsIntent(key, r) {
-			if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
-				return err
-			}
+		if err := c.ensureIntent(ctx, key, obj, r, log); err != nil {
+			return err
 		}
 		r.next = wait
 		return errWaiting
@@ -132,10 +130,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	}
 	var wg sync.WaitGroup
 	var intentErr error
-	if c.needsIntent(key, r) {
-		// I before the first restart: a round cut short leaves it behind.
-		wg.Go(func() { intentErr = c.writeIntent(ctx, key, obj, r, r.pods, log) })
-	}
+	wg.Go(func() { intentErr = c.ensureIntent(ctx, key, obj, r, log) })
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
 		c.owners.refresh(ctx, obj.namespace, c.ownersToRead(r, others, view, pending))
 	}
