@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -15,38 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/fixture"
 )
-
-// fixtureDirs are where list pages come from: the hand-made ones the watch's
-// tests serve, and the recorded ones, when there are (make record).
-var fixtureDirs = []struct {
-	name     string
-	dir      string
-	recorded bool
-}{
-	{name: "HandMade", dir: "../watch/testdata"},
-	{name: "Recorded", dir: "../testdata/recorded", recorded: true},
-}
-
-// fixture returns the path of name in dir; a missing recording skips the test.
-func fixture(t *testing.T, dir string, recorded bool, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if _, err := os.Stat(p); err != nil {
-		if recorded {
-			t.Skipf("no recording %s (make record): %v", p, err)
-		}
-		t.Fatalf("fixture %s: %v", p, err)
-	}
-	return p
-}
-
-func readFile(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	return string(b)
-}
 
 // pageItems reads a page with ReadPage and returns a copy of each item.
 func pageItems(r io.Reader) ([]string, ListMeta, error) {
@@ -59,13 +28,13 @@ func pageItems(r io.Reader) ([]string, ListMeta, error) {
 // a continued list, metadata-only pods) decodes, read whole or a byte at a
 // time, to exactly the items and metadata encoding/json reads in it.
 func TestReadPageRecorded(t *testing.T) {
-	for _, src := range fixtureDirs {
+	for _, src := range fixture.Dirs {
 		for _, name := range []string{"list.json", "list-page-1.json", "list-page-2.json", "pods-list.json", "pods-metadata-list.json"} {
-			t.Run(src.name+"/"+name, func(t *testing.T) {
-				if !src.recorded && strings.HasPrefix(name, "pods-") {
+			t.Run(src.Name+"/"+name, func(t *testing.T) {
+				if !src.Recorded && strings.HasPrefix(name, "pods-") {
 					t.Skip("recorded only")
 				}
-				body := readFile(t, fixture(t, src.dir, src.recorded, name))
+				body := fixture.Read(t, src.Path(t, name))
 				var want struct {
 					Metadata ListMeta          `json:"metadata"`
 					Items    []json.RawMessage `json:"items"`
@@ -95,7 +64,7 @@ func TestReadPageRecorded(t *testing.T) {
 // error, io.ErrUnexpectedEOF or invalid JSON, and never a complete page:
 // the list it belongs to must not be ended.
 func TestReadPageCutAnywhereFails(t *testing.T) {
-	body := readFile(t, fixture(t, "../testdata/recorded", true, "list.json"))
+	body := fixture.Read(t, fixture.Recorded.Path(t, "list.json"))
 	body = strings.TrimRight(body, "\n")
 	for cut := 0; cut < len(body); cut++ {
 		_, _, err := pageItems(strings.NewReader(body[:cut]))

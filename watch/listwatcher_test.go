@@ -12,6 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/internal/fixture"
 )
 
 // listed is what the handler sees of the standard one-item list at RV 100.
@@ -289,7 +291,7 @@ func TestListWatcherRestartsIncompleteList(t *testing.T) {
 		name  string
 		page2 reply
 	}{
-		{name: "ContinueExpired410RestartsFromFirstPage", page2: status(http.StatusGone, readFile(t, "testdata/list-continue-410-status.json"))},
+		{name: "ContinueExpired410RestartsFromFirstPage", page2: status(http.StatusGone, fixture.Read(t, fixture.HandMade.Path(t, "list-continue-410-status.json")))},
 		{name: "SecondPage500RestartsFromFirstPage", page2: status(http.StatusInternalServerError, internalStatus)},
 		{name: "SecondPageHangUpRestartsFromFirstPage", page2: hangUp},
 	}
