@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}
 		// Paged lists decoded item by item: memory follows the largest
 		// ConfigMap, not the namespace (docs/memory.md).
-		objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "ConfigMap", StartAfter: startAfter}, client, ctrl.ForNamespace(ns), log, watchMetrics))
+		objectLWs = append(objectLWs, watch.New(watch.Config{Path: path, Kind: "ConfigMap", StartAfter: startAfter}, client, ctrl.ForConfigMaps(ns), log, watchMetrics))
 	}
 	if cfg.WatchSecrets {
 		secretMetrics := watch.NewMetricsFor(reg, "secret")
@@ -302,7 +302,7 @@ func fmtSelector(s *selector.Selector) string {
 func learnOwnPod(ctx context.Context, client *apiclient.Client, own policy.OwnPod, log *slog.Logger) (policy.OwnPod, error) {
 	learned, err := backoff.RetryNotifyWithData(func() (policy.OwnPod, error) {
 		return policy.LearnOwnPod(ctx, client, own)
-	}, backoff.WithContext(watch.DefaultBackOff(), ctx), func(err error, d time.Duration) {
+	}, backoff.WithContext(apiclient.DefaultBackOff(), ctx), func(err error, d time.Duration) {
 		log.Warn("could not read own pod; retrying", "err", err, "retry_in", d)
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package apiclient is a minimal HTTP client for the Kubernetes API behind an
-// ambassador (kubectl proxy) that adds TLS and the token. It knows HTTP, paths
-// and the API's Status object, nothing of ConfigMaps or deletion policy.
+// ambassador (kubectl proxy) that adds TLS and the token. It knows HTTP, paths,
+// paged lists, how long to wait before retrying a request, and the API's
+// Status object; nothing of ConfigMaps or deletion policy.
 // Every request is built by newRequest; every non-2xx answer becomes a
 // *StatusError.
 package apiclient

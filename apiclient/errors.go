@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // StatusError is a non-2xx answer, filled from its Status body when there is
@@ -119,14 +121,7 @@ var keyedDigest = regexp.MustCompile(regexp.QuoteMeta(KeyedDigestPrefix) + `[0-9
 // digests hidden first (a cut could leave part of one that no longer
 // matches), then cut at n bytes.
 func quoted(s string, n int) string {
-	return truncate(keyedDigest.ReplaceAllLiteralString(s, KeyedDigestPrefix+"(not shown)"), n)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return truncate.String(keyedDigest.ReplaceAllLiteralString(s, KeyedDigestPrefix+"(not shown)"), n)
 }
 
 // IsNotFound: the object does not exist (any more).
@@ -134,9 +129,6 @@ func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
 
 // IsConflict: a precondition (uid, resourceVersion) did not hold.
 func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
-
-// IsTooManyRequests: 429, e.g. an eviction a PodDisruptionBudget does not allow now.
-func IsTooManyRequests(err error) bool { return hasCode(err, http.StatusTooManyRequests) }
 
 // IsForbidden: RBAC refused the request.
 func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }

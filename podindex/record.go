@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // Record is what a view of the pods keeps of one: what a round of restarts
@@ -122,11 +124,11 @@ func brokenState(status gjson.Result) (why string, broken bool) {
 			if cs.Get("ready").Bool() {
 				return true
 			}
-			name := truncate(cs.Get("name").String(), 63)
+			name := truncate.String(cs.Get("name").String(), 63)
 			waiting := cs.Get("state.waiting.reason").String()
 			for _, reason := range []string{waiting, cs.Get("state.terminated.reason").String(), cs.Get("lastState.terminated.reason").String()} {
 				if reason != "" {
-					why = truncate(reason, 128) + " in container " + name
+					why = truncate.String(reason, 128) + " in container " + name
 					break
 				}
 			}
@@ -141,18 +143,10 @@ func brokenState(status gjson.Result) (why string, broken bool) {
 		}
 	}
 	if scheduled := status.Get(`conditions.#(type=="PodScheduled")`); scheduled.Get("status").String() == "False" {
-		return "not scheduled: " + truncate(scheduled.Get("reason").String(), 128), scheduled.Get("reason").String() == "Unschedulable"
+		return "not scheduled: " + truncate.String(scheduled.Get("reason").String(), 128), scheduled.Get("reason").String() == "Unschedulable"
 	}
 	if phase := status.Get("phase").String(); phase != "" {
-		return "phase " + truncate(phase, 32), false
+		return "phase " + truncate.String(phase, 32), false
 	}
 	return "no Ready condition", false
-}
-
-// truncate bounds s to n bytes, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -189,11 +189,3 @@ func parseIntent(v string) intent {
 	}
 	return in
 }
-
-// truncate bounds user-provided text in logs.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

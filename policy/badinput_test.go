@@ -216,7 +216,7 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		c, m := newTestController(t, api.client(), Config{RecordHash: true})
 		start(t, c)
-		c.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"webapp-config","namespace":"ns","uid":"u","annotations":{"k8spatterns.io/podDeleteSelector":null,"config-watcher.k8spatterns.io/restarted-for":"` + hashOf(t, v1) + `"}},"data":{"message":"Hello again"}}`)})
+		configMaps(c).Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"webapp-config","namespace":"ns","uid":"u","annotations":{"k8spatterns.io/podDeleteSelector":null,"config-watcher.k8spatterns.io/restarted-for":"` + hashOf(t, v1) + `"}},"data":{"message":"Hello again"}}`)})
 		settle(t, c)
 		assert.Empty(t, api.requests)
 		assert.Equal(t, uint64(1), m.InvalidSelectors.Value())
@@ -225,7 +225,7 @@ func TestBadInputConfigMapShapes(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		c, m := newTestController(t, api.client(), Config{RecordHash: true})
 		start(t, c)
-		c.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","annotations":null},"data":null}`)})
+		configMaps(c).Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","annotations":null},"data":null}`)})
 		settle(t, c)
 		assert.Empty(t, api.requests)
 		assert.Zero(t, m.SkippedObjects.Value())
@@ -243,8 +243,8 @@ func TestBadInputMalformedObjects(t *testing.T) {
 		api := newFakeAPI(t, webPods()...)
 		c, m := newTestController(t, api.client(), Config{RecordHash: true})
 		require.NotPanics(t, func() {
-			c.Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
-			c.Handle(watch.Event{Type: watch.Deleted, Object: []byte(raw)})
+			configMaps(c).Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
+			configMaps(c).Handle(watch.Event{Type: watch.Deleted, Object: []byte(raw)})
 		}, "object %q", raw)
 		assert.Equal(t, uint64(2), m.SkippedObjects.Value(), "object %q", raw)
 		assert.True(t, c.queue.idle(), "object %q", raw)
@@ -278,7 +278,7 @@ var rvField = regexp.MustCompile(`"resourceVersion":"[^"]*"`)
 func handleRV(t *testing.T, c *Controller, typ watch.EventType, rv string, s cmSpec) {
 	raw := rvField.ReplaceAllString(string(s.json(t)), `"resourceVersion":"`+rv+`"`)
 	require.Contains(t, raw, `"resourceVersion":"`+rv+`"`)
-	c.Handle(watch.Event{Type: typ, Object: []byte(raw), ResourceVersion: rv})
+	configMaps(c).Handle(watch.Event{Type: typ, Object: []byte(raw), ResourceVersion: rv})
 }
 
 // TestBadInputOutOfOrderEvent ensures an event older than one already seen

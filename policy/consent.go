@@ -59,16 +59,8 @@ func (o OwnPod) Spares(namespace, name, uid, ownerUID string) bool {
 // backoff.Permanent error.
 func LearnOwnPod(ctx context.Context, api API, own OwnPod) (OwnPod, error) {
 	q := url.Values{"fieldSelector": {"metadata.name=" + own.Name}}
-	body, err := api.GetBody(ctx, apiclient.CorePath(own.Namespace, "pods", ""), q, "application/json")
-	if err != nil {
-		if apiclient.IsForbidden(err) {
-			return own, backoff.Permanent(fmt.Errorf("RBAC: the controller may not list pods in its namespace %s (needs verb list on pods) to learn its own pod's owner: %w", own.Namespace, err))
-		}
-		return own, fmt.Errorf("read own pod %s/%s: %w", own.Namespace, own.Name, err)
-	}
-	defer body.Close()
 	found, wrongUID := false, ""
-	_, err = watch.ReadPage(body, func(raw []byte) {
+	_, err := apiclient.List(ctx, api, apiclient.CorePath(own.Namespace, "pods", ""), q, "application/json", apiclient.ListPageSize, func(raw []byte) {
 		meta := gjson.GetBytes(raw, "metadata")
 		if meta.Get("name").String() != own.Name {
 			return
@@ -83,6 +75,8 @@ func LearnOwnPod(ctx context.Context, api API, own OwnPod) (OwnPod, error) {
 		own.OwnerUID = meta.Get(`ownerReferences.#(controller==true).uid`).String()
 	})
 	switch {
+	case apiclient.IsForbidden(err):
+		return own, backoff.Permanent(fmt.Errorf("RBAC: the controller may not list pods in its namespace %s (needs verb list on pods) to learn its own pod's owner: %w", own.Namespace, err))
 	case err != nil:
 		return own, fmt.Errorf("read own pod %s/%s: %w", own.Namespace, own.Name, err)
 	case !found:

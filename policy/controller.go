@@ -16,10 +16,13 @@ import (
 	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/k8spatterns/config-watcher/selector"
-	"github.com/k8spatterns/config-watcher/watch"
 )
 
-// Config of the controller. Zero values take the defaults New sets.
+// Config of the controller. main passes every field from the settings,
+// whose defaults are in config.go (and --help). New guards the zero values
+// that would stop the controller (no worker, a budget of no pod, a deadline
+// already past) with the same defaults, for tests; other zero values mean
+// what they say.
 type Config struct {
 	SelectorAnnotation string // holds the pod label selector on a ConfigMap or Secret
 	// DigestKey keys the digests of Secret data (secret.go). It is set,
@@ -42,10 +45,11 @@ type Config struct {
 	Namespaces *NamespaceConsent
 	Workers    int // ConfigMaps reconciled at once (4)
 	// ShutdownGrace bounds how long rounds in flight may run once the
-	// controller is told to stop (10 s).
+	// controller is told to stop (SHUTDOWN_TIMEOUT); 0: they are cut at
+	// once.
 	ShutdownGrace time.Duration
 	NewBackOff    func() backoff.BackOff // retry policy of failed rounds
-	Strategy      string                 // StrategyDelete (the default) or StrategyEvict
+	Strategy      string                 // StrategyDelete (or "") or StrategyEvict
 	// MaxUnavailable is the budget of a round's waves (waves.go; 25%).
 	MaxUnavailable Budget
 	// MinReadySeconds: a pod counts as available once Ready for this long
@@ -98,7 +102,7 @@ type API interface {
 var _ API = (*apiclient.Client)(nil)
 
 // Controller keeps what the watches of ConfigMaps and Secrets show
-// (ForNamespace and ForSecrets give each its handler) and runs the workers.
+// (ForConfigMaps and ForSecrets give each its handler) and runs the workers.
 type Controller struct {
 	cfg     Config
 	api     API
@@ -164,19 +168,14 @@ type Controller struct {
 	opaqueSaid atomic.Bool // see sayOpaque
 }
 
-// New returns a controller; Handle feeds it, Run acts.
+// New returns a controller; the handlers of ForConfigMaps and ForSecrets
+// feed it, Run acts.
 func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
-	if cfg.ShutdownGrace <= 0 {
-		cfg.ShutdownGrace = 10 * time.Second
-	}
 	if cfg.NewBackOff == nil {
-		cfg.NewBackOff = watch.DefaultBackOff
-	}
-	if cfg.Strategy == "" {
-		cfg.Strategy = StrategyDelete
+		cfg.NewBackOff = apiclient.DefaultBackOff
 	}
 	if cfg.MaxUnavailable == (Budget{}) {
 		cfg.MaxUnavailable = Budget{Percent: 25}

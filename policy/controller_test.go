@@ -223,7 +223,7 @@ func TestControllerRestart(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
 			c, _ := newTestController(t, api.client(), Config{RecordHash: true})
 			start(t, c)
-			all := c.ForNamespace("")
+			all := c.ForConfigMaps("")
 			all.BeginList()
 			handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, tt.recorded), data: v2})
 			all.EndList()
@@ -429,7 +429,7 @@ func TestMalformedObjectSkipped(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	c, m := newTestController(t, api.client(), Config{RecordHash: true})
 	for _, raw := range []string{`{}`, `{"metadata":null}`, `{"metadata":{"name":"x"}}`, `not json`, ``} {
-		c.Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
+		configMaps(c).Handle(watch.Event{Type: watch.Modified, Object: []byte(raw)})
 	}
 	assert.Equal(t, uint64(5), m.SkippedObjects.Value())
 	assert.True(t, c.queue.idle())
@@ -577,7 +577,7 @@ func TestListScopedToNamespace(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	c, _ := newTestController(t, api.client(), Config{RecordHash: false})
 	start(t, c)
-	ns, other := c.ForNamespace("ns"), c.ForNamespace("other")
+	ns, other := c.ForConfigMaps("ns"), c.ForConfigMaps("other")
 	ns.BeginList()
 	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v1})
 	ns.EndList()
@@ -627,7 +627,7 @@ func TestAnnotatedNamespacesAreReported(t *testing.T) {
 func TestWorkersWaitForTheInitialLists(t *testing.T) {
 	api := newFakeAPI(t)
 	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-	scope := c.ForNamespace("ns")
+	scope := c.ForConfigMaps("ns")
 	start(t, c)
 	scope.BeginList()
 	scope.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{selector: ptr("app=webapp"), data: v1}.json(t)})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // answer is what the API server's answer to one of our writes (a patch of
@@ -27,8 +28,8 @@ const (
 	// allow now (its cause reason is DisruptionBudget). Tried again in the
 	// next wave.
 	answerBlocked
-	// answerGone: 404. The object is gone; its DELETED event comes.
-	answerGone
+	// answerNotFound: 404. The object is gone; its DELETED event comes.
+	answerNotFound
 	// answerConflict: a precondition failed, the object changed or was
 	// replaced under the same name (409, or 422 on metadata.uid).
 	answerConflict
@@ -55,7 +56,7 @@ func classify(err error) answer {
 	}
 	switch se.Code {
 	case http.StatusNotFound:
-		return answerGone
+		return answerNotFound
 	case http.StatusConflict:
 		return answerConflict
 	case http.StatusTooManyRequests:
@@ -99,6 +100,6 @@ func (c *Controller) refused(obj object, verb, resource, need string, err error)
 	}
 	c.metrics.WritesRefused.Inc(resource)
 	c.log.Error("write refused; will retry", "namespace", obj.namespace, obj.kind.logKey(), obj.name, "write", verb+" "+resource, "fix", fix, "err", err)
-	c.event(obj, events.Warning, "WriteRefused", truncate(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
+	c.event(obj, events.Warning, "WriteRefused", truncate.String(fmt.Sprintf("%s (%v). Retrying.", fix, err), 1024))
 	return &refusal{fmt.Errorf("%s: %w", fix, err)}
 }

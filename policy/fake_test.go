@@ -608,7 +608,7 @@ func newTestController(t *testing.T, api API, cfg Config) (*Controller, *Metrics
 }
 
 func handle(t *testing.T, c *Controller, typ watch.EventType, s cmSpec) {
-	c.Handle(watch.Event{Type: typ, Object: s.json(t), ResourceVersion: "42"})
+	configMaps(c).Handle(watch.Event{Type: typ, Object: s.json(t), ResourceVersion: "42"})
 }
 
 // Len is the number of keys waiting or due for a retry.
@@ -616,4 +616,20 @@ func (q *queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items) + len(q.timers)
+}
+
+// configMaps returns the handler main gives the ConfigMap watch of every
+// namespace (ForConfigMaps("")). The first time, it ends an empty first
+// list, as that watch would before its events, so that workers do not wait
+// for it (syncWait).
+func configMaps(c *Controller) watch.Handler {
+	c.mu.Lock()
+	listed := c.all[kindConfigMap].listed
+	c.mu.Unlock()
+	h := c.ForConfigMaps("")
+	if !listed {
+		h.BeginList()
+		h.EndList()
+	}
+	return h
 }

@@ -23,7 +23,7 @@ import (
 func TestMemoryReleasedOnceAfterInitialSync(t *testing.T) {
 	api := newFakeAPI(t)
 	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-	other, ns := c.ForNamespace("other"), c.ForNamespace("ns")
+	other, ns := c.ForConfigMaps("other"), c.ForConfigMaps("ns")
 	other.BeginList()
 	other.EndList()
 	assert.False(t, c.released.Load(), "scope ns has not listed")
@@ -41,7 +41,7 @@ func TestMemoryReleasedOnceAfterInitialSync(t *testing.T) {
 func TestMemoryReleasedByStandbyAfterListing(t *testing.T) {
 	api := newFakeAPI(t)
 	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MayAct: func() bool { return false }})
-	ns := c.ForNamespace("ns")
+	ns := c.ForConfigMaps("ns")
 	ns.BeginList()
 	ns.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{selector: ptr("app=webapp"), data: v1}.json(t)})
 	assert.False(t, c.released.Load(), "still listing")
@@ -135,7 +135,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				c := New(Config{SelectorAnnotation: DefaultSelectorAnnotation, RecordHash: true}, nil, log, NewMetrics(metrics.NewRegistry()))
-				all := c.ForNamespace("")
+				all := c.ForConfigMaps("")
 				all.BeginList()
 				for _, raw := range synced {
 					all.Handle(watch.Event{Type: watch.Synced, Object: raw})
@@ -151,7 +151,7 @@ func BenchmarkHeapPerConfigMap(b *testing.B) {
 				}
 				for _, raw := range recorded {
 					if raw != nil {
-						c.Handle(watch.Event{Type: watch.Modified, Object: raw})
+						all.Handle(watch.Event{Type: watch.Modified, Object: raw})
 					}
 				}
 				if c.queue.Len() != 0 {
@@ -211,7 +211,7 @@ func TestForgedStateConfigMapsAreNotKept(t *testing.T) {
 				forged[i] = stateSpec(fmt.Sprintf("forged-%d", i), keyID(testKey), hashOf(t, v1), bigAnnotation(t, i))
 			}
 			kept := heapAfter(func() {
-				list(t, c.ForNamespace(""), append(forged, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")))
+				list(t, c.ForConfigMaps(""), append(forged, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")))
 			})
 			runtime.KeepAlive(forged)
 			t.Logf("heap kept after listing 20 forged state ConfigMaps: %d KiB", kept>>10)
@@ -240,7 +240,7 @@ func TestLongIntentsAndSelectorsAreBounded(t *testing.T) {
 		sel := "app in (" + strings.Repeat("x,", 255<<9) + "webapp)"
 		forged[i] = cmSpec{name: fmt.Sprintf("forged-%d", i), uid: fmt.Sprintf("forged-uid-%d", i), selector: &sel, recorded: hashOf(t, v1), intent: bigAnnotation(t, i), data: v2}
 	}
-	kept := heapAfter(func() { list(t, c.ForNamespace(""), forged) })
+	kept := heapAfter(func() { list(t, c.ForConfigMaps(""), forged) })
 	runtime.KeepAlive(forged)
 	t.Logf("heap kept after listing 20 ConfigMaps with 255 KiB intents and selectors: %d KiB", kept>>10)
 	assert.Less(t, kept, int64(4<<20), "20 x 510 KiB of annotations")

@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/internal/k8sname"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 	"github.com/k8spatterns/config-watcher/selector"
 )
 
@@ -106,7 +107,7 @@ func (obj object) dataName() string {
 	if obj.kind == kindSecret {
 		return "resourceVersion " + strconv.FormatUint(obj.version, 10)
 	}
-	return "data " + truncate(obj.hash.text(), len(digestPrefix)+12)
+	return "data " + truncate.String(obj.hash.text(), len(digestPrefix)+12)
 }
 
 // dataAttr names the object's data in logs, as dataName does.

@@ -35,9 +35,9 @@ type scope struct {
 
 func (s *scope) covers(namespace string) bool { return s.namespace == "" || s.namespace == namespace }
 
-// ForNamespace returns the handler for a ListWatcher of the ConfigMaps of
+// ForConfigMaps returns the handler for a ListWatcher of the ConfigMaps of
 // one namespace, or of all namespaces when namespace is "".
-func (c *Controller) ForNamespace(namespace string) watch.Handler {
+func (c *Controller) ForConfigMaps(namespace string) watch.Handler {
 	return c.forScope(kindConfigMap, namespace)
 }
 
@@ -116,9 +116,6 @@ func (c *Controller) releaseAfterSync() {
 }
 
 func (s *scope) Handle(ev watch.Event) { s.c.handle(s.kind, ev) }
-
-// Handle takes a ConfigMap event of any scope.
-func (c *Controller) Handle(ev watch.Event) { c.handle(kindConfigMap, ev) }
 
 // handle takes an event of any scope. It only records state and queues
 // work.

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // The budget counts the pods a round's owners want (expected), as
@@ -159,7 +160,7 @@ func (o *owners) read(ctx context.Context, namespace string, owner ownerRef) (in
 	switch {
 	case scale.Get("metadata.uid").String() != owner.uid:
 		// Another object under the owner's name: the pods' owner is gone.
-		return 0, fmt.Errorf("%s %s is another object now (uid %q, the pods name %q)", owner.kind, owner.name, truncate(scale.Get("metadata.uid").String(), 64), owner.uid)
+		return 0, fmt.Errorf("%s %s is another object now (uid %q, the pods name %q)", owner.kind, owner.name, truncate.String(scale.Get("metadata.uid").String(), 64), owner.uid)
 	case replicas.Type != gjson.Number || replicas.Int() < 0:
 		return 0, fmt.Errorf("the scale of %s %s has no spec.replicas", owner.kind, owner.name)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
-	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // livePod is a pod as a view of the namespace shows it: what a round
@@ -110,40 +109,24 @@ func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selec
 	return pods, err
 }
 
-// podPage is the page size of pod lists. Pages are read item by item:
-// memory follows the largest pod, not the page.
-const podPage = "250"
-
 // eachPod lists pods with query q, page by page, and calls visit for each.
 // The pods are whole: readiness and owners are in the object, not in its
 // metadata alone.
 func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(livePod)) error {
-	q.Set("limit", podPage)
-	path := apiclient.CorePath(namespace, "pods", "")
-	for {
-		body, err := c.api.GetBody(ctx, path, q, "application/json")
-		if err != nil {
-			if apiclient.IsForbidden(err) {
-				return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
-			}
-			return err
+	_, err := apiclient.List(ctx, c.api, apiclient.CorePath(namespace, "pods", ""), q, "application/json", apiclient.ListPageSize, func(raw []byte) {
+		if p, ok := readPod(raw); ok {
+			visit(p)
+		} else {
+			c.log.Warn("skipping pod without name or uid", "namespace", namespace)
 		}
-		meta, err := watch.ReadPage(body, func(raw []byte) {
-			if p, ok := readPod(raw); ok {
-				visit(p)
-			} else {
-				c.log.Warn("skipping pod without name or uid", "namespace", namespace)
-			}
-		})
-		body.Close()
-		if err != nil {
-			return fmt.Errorf("pod list of %s: %w", namespace, err)
-		}
-		if meta.Continue == "" {
-			return nil
-		}
-		q.Set("continue", meta.Continue)
+	})
+	switch {
+	case apiclient.IsForbidden(err):
+		return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+	case err != nil:
+		return fmt.Errorf("pod list of %s: %w", namespace, err)
 	}
+	return nil
 }
 
 // readPod reads one pod of a list; false if it has no name or uid. What it

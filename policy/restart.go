@@ -140,7 +140,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 				r.indexed.noteDeleted(pod.uid, gjson.GetBytes(answer, "metadata.resourceVersion").Uint())
 			}
 			return podRestarted, nil
-		case answerGone:
+		case answerNotFound:
 			count("not_found")
 			log.Info("pod already gone", "outcome", "not_found")
 			return podGone, nil
@@ -208,7 +208,7 @@ func (c *Controller) judgeAgain(ctx context.Context, namespace string, r *round,
 		// Another pod under the name (a StatefulSet's replacement),
 		// created after the round began: it runs the new data.
 		log.Info("pod replaced since it was selected; not restarting the replacement", "outcome", "conflict")
-		return podRefused, false, nil
+		return podReplaced, false, nil
 	case now.terminating:
 		log.Info("pod terminating since it was selected", "outcome", "not_found")
 		return podGone, false, nil

@@ -476,7 +476,7 @@ func TestReviewReplacedObjectSeenOnARelistLosesTheChange(t *testing.T) {
 
 	// The relist: the same name, a new object.
 	recreated := cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2}
-	h := c1.ForNamespace("")
+	h := c1.ForConfigMaps("")
 	h.BeginList()
 	handle(t, c1, watch.Synced, recreated)
 	h.EndList()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
 // Results of a reconcile, as counted in config_watcher_reconciles_total.
@@ -105,8 +106,8 @@ type podState uint8
 const (
 	podPending   podState = iota
 	podRestarted          // or would be, in a dry run
-	podGone               // not found
-	podRefused            // replaced by another pod of its name, or (index) changed since seen
+	podGone               // not found, or terminating or finished since it was selected
+	podReplaced           // another pod of its name since it was selected
 	podLeft               // changed since selected, and no longer selected
 )
 
@@ -249,8 +250,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		// Not retried: the fix comes as an event, and the change is
 		// still pending then.
 		c.metrics.InvalidSelectors.Inc()
-		log.Error("refusing to restart pods: invalid selector", "selector", truncate(obj.selector, 256), "err", err)
-		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate(obj.selector, 256), err))
+		log.Error("refusing to restart pods: invalid selector", "selector", truncate.String(obj.selector, 256), "err", err)
+		c.event(obj, events.Warning, "InvalidSelector", fmt.Sprintf("Refusing selector %q: %v. No pod was restarted.", truncate.String(obj.selector, 256), err))
 		return resultRefused, 0, nil
 	}
 	log = log.With("selector", sel.labels.String())
@@ -320,6 +321,16 @@ func (c *Controller) runRound(ctx context.Context, key string, obj object, r *ro
 // maxRewrites bounds how often one reconcile writes a wiped intent again:
 // something that keeps removing it is not fought without a pause.
 const maxRewrites = 3
+
+// ensureIntent writes round r's intent (I) over its pods unless the server
+// shows it already: before the round's first restart, or its wait to
+// settle, so that a round cut short leaves it behind.
+func (c *Controller) ensureIntent(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
+	if !c.needsIntent(key, r) {
+		return nil
+	}
+	return c.writeIntent(ctx, key, obj, r, r.pods, log)
+}
 
 // needsIntent: r has pods, and the server does not show its intent.
 func (c *Controller) needsIntent(key string, r *round) bool {
@@ -559,7 +570,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 		}
 		switch classify(err) {
 		case answerOK:
-		case answerGone, answerConflict:
+		case answerNotFound, answerConflict:
 			c.doneWriting(key, &after)
 			if !c.waitReplaced(ctx, key, obj) {
 				return fmt.Errorf("write %s on %s %s/%s: %w; no event shows it replaced or deleted, so it is written again", what, obj.kind.logKey(), obj.namespace, obj.name, err)
@@ -669,5 +680,5 @@ func (c *Controller) roundFailed(obj object, err error) {
 	if _, ok := errors.AsType[*refusal](err); ok {
 		return // its Event is out already
 	}
-	c.event(obj, events.Warning, "RestartFailed", truncate(err.Error(), 512)+" (will retry)")
+	c.event(obj, events.Warning, "RestartFailed", truncate.String(err.Error(), 512)+" (will retry)")
 }

@@ -217,7 +217,7 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, holder st
 	if holder != "" {
 		answer, err = patch(holder)
 	}
-	if holder == "" || classify(err) == answerGone {
+	if holder == "" || classify(err) == answerNotFound {
 		answer, err = create()
 	}
 	if classify(err) == answerConflict {

@@ -118,7 +118,9 @@ func secretController(t *testing.T, api *fakeAPI, cfg Config, configMaps []cmSpe
 	return c
 }
 
-func listConfigMaps(t *testing.T, c *Controller, specs ...cmSpec) { list(t, c.ForNamespace(""), specs) }
+func listConfigMaps(t *testing.T, c *Controller, specs ...cmSpec) {
+	list(t, c.ForConfigMaps(""), specs)
+}
 
 func listSecrets(t *testing.T, c *Controller, specs ...secretSpec) { list(t, c.ForSecrets(""), specs) }
 
@@ -317,7 +319,7 @@ func TestSecretStateIsKnownOnlyOnceConfigMapsAreListed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
 			c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, MaxUnavailable: Budget{Percent: 100}})
-			cms := c.ForNamespace("")
+			cms := c.ForConfigMaps("")
 			cms.BeginList()
 			listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s2})
 			start(t, c)

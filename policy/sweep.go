@@ -13,7 +13,6 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
-	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // Every wave decides from the pod index where one watches the namespace,
@@ -260,7 +259,7 @@ func (c *Controller) listRevision(ctx context.Context, namespace string) (string
 		return "", err
 	}
 	defer body.Close()
-	meta, err := watch.ReadPage(body, func([]byte) {})
+	meta, err := apiclient.ReadPage(body, func([]byte) {})
 	if err != nil {
 		return "", fmt.Errorf("pod list of %s: %w", namespace, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/events"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 	"github.com/k8spatterns/config-watcher/podindex"
 )
 
@@ -115,10 +116,8 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// taken now (pods created while it settles are not its own), and
 		// its intent written, so that a kill leaves each object's.
 		c.startBound(ctx, obj.namespace, r)
-		if c.needsIntent(key, r) {
-			if err := c.writeIntent(ctx, key, obj, r, r.pods, log); err != nil {
-				return err
-			}
+		if err := c.ensureIntent(ctx, key, obj, r, log); err != nil {
+			return err
 		}
 		r.next = wait
 		return errWaiting
@@ -131,10 +130,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	}
 	var wg sync.WaitGroup
 	var intentErr error
-	if c.needsIntent(key, r) {
-		// I before the first restart: a round cut short leaves it behind.
-		wg.Go(func() { intentErr = c.writeIntent(ctx, key, obj, r, r.pods, log) })
-	}
+	wg.Go(func() { intentErr = c.ensureIntent(ctx, key, obj, r, log) })
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
 		c.owners.refresh(ctx, obj.namespace, c.ownersToRead(r, others, view, pending))
 	}
@@ -497,7 +493,7 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began (%d) instead.",
 		est.owner.kind, est.owner.name, est.err, est.pods)
 	log.Warn("counting expected pods without their owner's scale", "owner", est.owner.kind+"/"+est.owner.name, "pods", est.pods, "err", est.err)
-	c.event(obj, typ, "ExpectedPodsEstimated", truncate(msg, 1024))
+	c.event(obj, typ, "ExpectedPodsEstimated", truncate.String(msg, 1024))
 }
 
 // judgeProgress halts round r once no restart has been possible for

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/truncate"
 	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -89,7 +90,7 @@ var v3 = map[string]string{"message": "Hello, fixed"}
 func shortOf(t *testing.T, data map[string]string) string {
 	d, ok := parseDigest(hashOf(t, data))
 	require.True(t, ok)
-	return truncate(d.text(), len(digestPrefix)+12)
+	return truncate.String(d.text(), len(digestPrefix)+12)
 }
 
 func hasReason(rec *fakeRecorder, reason string) func() bool {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/k8spatterns/config-watcher/watch"
+	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
 // syncWait bounds the wait for the initial lists: one that keeps failing
@@ -102,7 +102,7 @@ func (c *Controller) work(ctx context.Context) {
 				b = c.cfg.NewBackOff()
 				c.retries[key] = b
 			}
-			delay := watch.RetryDelay(b, err)
+			delay := apiclient.RetryDelay(b, err)
 			c.mu.Unlock()
 			c.failures.Failed(key, "round failed; will retry", err, "key", key, "retry_in", delay.Round(time.Millisecond))
 			c.queue.AddAfter(key, delay, true)

@@ -318,13 +318,6 @@ func readLines(t testing.TB, path string) []string {
 	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 }
 
-func readFile(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	return string(b)
-}
-
 // --- the handler ---------------------------------------------------------------------
 
 // handlerCall is one call the loop made to its Handler.

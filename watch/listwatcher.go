@@ -61,7 +61,7 @@ type Config struct {
 	// LabelSelector, if set, narrows them by labels (the Namespaces that
 	// opted in); an object that stops matching arrives as DELETED.
 	LabelSelector string
-	PageSize      int // of a paged list [500]; it bounds requests, not memory
+	PageSize      int // of a paged list [apiclient.ListPageSize]; it bounds requests, not memory
 	// StartAfter, if set, holds the first list until it is closed: the
 	// objects are judged by what another loop must have listed first.
 	StartAfter <-chan struct{}
@@ -70,23 +70,10 @@ type Config struct {
 	// reconnections of many controllers [300 s, twice the minimum].
 	MinWatchTimeout, MaxWatchTimeout time.Duration
 
-	NewBackOff func() backoff.BackOff               // retry policy, never stopping [DefaultBackOff]
+	NewBackOff func() backoff.BackOff               // retry policy, never stopping [apiclient.DefaultBackOff]
 	ReadyGrace time.Duration                        // still ready this long after the last open watch, while it reconnects [60 s]
 	Now        func() time.Time                     // [time.Now]
 	After      func(time.Duration) <-chan time.Time // waits between retries [time.After]
-}
-
-// DefaultBackOff is client-go's retry policy (0.8 s, doubling, 30 s cap) with
-// jitter, so that controllers retrying a server that just came back do not
-// arrive together.
-func DefaultBackOff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(800*time.Millisecond),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMultiplier(2),
-		backoff.WithMaxInterval(maxBackOff),
-		backoff.WithMaxElapsedTime(0), // a controller never gives up on its API server
-	)
 }
 
 const (
@@ -96,8 +83,6 @@ const (
 	// resetBackOffAfter: only a watch with events or open this long resets the
 	// backoff, so a server dropping every stream still meets growing delays.
 	resetBackOffAfter = 2 * time.Minute
-	maxBackOff        = 30 * time.Second
-	maxRetryAfter     = 5 * time.Minute // bounds a server's Retry-After
 	// watchSlack lets the server end a watch at its timeoutSeconds before the
 	// client gives up on a silent connection.
 	watchSlack = 30 * time.Second
@@ -127,7 +112,7 @@ type ListWatcher struct {
 // New returns a ListWatcher; call Run to start it.
 func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *Metrics) *ListWatcher {
 	if cfg.PageSize <= 0 {
-		cfg.PageSize = 500
+		cfg.PageSize = apiclient.ListPageSize
 	}
 	if cfg.MinWatchTimeout <= 0 {
 		cfg.MinWatchTimeout = 5 * time.Minute
@@ -139,7 +124,7 @@ func New(cfg Config, client *apiclient.Client, h Handler, log *slog.Logger, m *M
 		cfg.ReadyGrace = time.Minute
 	}
 	if cfg.NewBackOff == nil {
-		cfg.NewBackOff = DefaultBackOff
+		cfg.NewBackOff = apiclient.DefaultBackOff
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -271,24 +256,12 @@ func (lw *ListWatcher) failed(msg string, err error) {
 	lw.problem.Store(&problem)
 }
 
-// wait sleeps for RetryDelay.
+// wait sleeps for apiclient.RetryDelay.
 func (lw *ListWatcher) wait(ctx context.Context, bo backoff.BackOff, err error) {
 	select {
 	case <-ctx.Done():
-	case <-lw.cfg.After(RetryDelay(bo, err)):
+	case <-lw.cfg.After(apiclient.RetryDelay(bo, err)):
 	}
-}
-
-// RetryDelay is how long to wait before retrying after err: bo's next
-// interval, or longer if the server asked for it with Retry-After (up to
-// five minutes). It is the one retry delay of the controller, for watches
-// and rounds alike.
-func RetryDelay(bo backoff.BackOff, err error) time.Duration {
-	d := bo.NextBackOff()
-	if d == backoff.Stop {
-		d = maxBackOff // a policy that gives up is a mistake: a controller never does
-	}
-	return max(d, min(apiclient.RetryAfter(err), maxRetryAfter))
 }
 
 // accept returns metadata if the config asks for metadata only, else the
@@ -304,29 +277,22 @@ func (lw *ListWatcher) accept(metadata string) string {
 // the handler.
 func (lw *ListWatcher) list(ctx context.Context) error {
 	lw.h.BeginList()
-	q := lw.query(url.Values{"limit": {strconv.Itoa(lw.cfg.PageSize)}})
-	for {
-		meta, err := lw.listPage(ctx, q)
-		switch {
-		case err != nil && apiclient.IsGone(err) && q.Has("continue"):
-			return fmt.Errorf("list continue token expired: %w", err)
-		case err != nil:
-			return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
-		case meta.ResourceVersion == "":
-			return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
-		case meta.Continue == "":
-			lw.rv = meta.ResourceVersion
-			lw.h.EndList()
-			if p, ok := lw.h.(Progresser); ok {
-				p.Progress(meta.ResourceVersion)
-			}
-			lw.needList = false
-			lw.listed.Store(true)
-			lw.markHealthy()
-			return nil
-		}
-		q.Set("continue", meta.Continue)
+	meta, err := apiclient.List(ctx, lw.client, lw.cfg.Path, lw.query(url.Values{}), lw.accept(apiclient.MetadataListAccept), lw.cfg.PageSize, lw.listItem)
+	switch {
+	case err != nil:
+		return fmt.Errorf("list %s: %w", lw.cfg.Path, err)
+	case meta.ResourceVersion == "":
+		return fmt.Errorf("list %s: response has no metadata.resourceVersion", lw.cfg.Path)
 	}
+	lw.rv = meta.ResourceVersion
+	lw.h.EndList()
+	if p, ok := lw.h.(Progresser); ok {
+		p.Progress(meta.ResourceVersion)
+	}
+	lw.needList = false
+	lw.listed.Store(true)
+	lw.markHealthy()
+	return nil
 }
 
 // query adds what narrows every request of the loop to q.
@@ -340,22 +306,15 @@ func (lw *ListWatcher) query(q url.Values) url.Values {
 	return q
 }
 
-// listPage reads one page and hands over its items as it decodes them.
-func (lw *ListWatcher) listPage(ctx context.Context, q url.Values) (ListMeta, error) {
-	body, err := lw.client.GetBody(ctx, lw.cfg.Path, q, lw.accept(apiclient.MetadataListAccept))
-	if err != nil {
-		return ListMeta{}, err
+// listItem hands one listed object to the handler as Synced.
+func (lw *ListWatcher) listItem(raw []byte) {
+	rv := gjson.GetBytes(raw, "metadata.resourceVersion")
+	if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
+		lw.metrics.Malformed.Inc()
+		lw.log.Warn("skipping malformed list item", "path", lw.cfg.Path, "err", &MalformedError{Reason: "list item is not an object with metadata.resourceVersion", Length: len(raw)})
+		return
 	}
-	defer body.Close()
-	return ReadPage(body, func(raw []byte) {
-		rv := gjson.GetBytes(raw, "metadata.resourceVersion")
-		if len(raw) == 0 || raw[0] != '{' || rv.Type != gjson.String {
-			lw.metrics.Malformed.Inc()
-			lw.log.Warn("skipping malformed list item", "path", lw.cfg.Path, "err", &MalformedError{Reason: "list item is not an object with metadata.resourceVersion", Length: len(raw)})
-			return
-		}
-		lw.h.Handle(Event{Type: Synced, Object: raw, ResourceVersion: rv.Str})
-	})
+	lw.h.Handle(Event{Type: Synced, Object: raw, ResourceVersion: rv.Str})
 }
 
 // watch opens one watch from lw.rv and dispatches its events until the

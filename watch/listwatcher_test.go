@@ -12,6 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/internal/fixture"
 )
 
 // listed is what the handler sees of the standard one-item list at RV 100.
@@ -289,7 +291,7 @@ func TestListWatcherRestartsIncompleteList(t *testing.T) {
 		name  string
 		page2 reply
 	}{
-		{name: "ContinueExpired410RestartsFromFirstPage", page2: status(http.StatusGone, readFile(t, "testdata/list-continue-410-status.json"))},
+		{name: "ContinueExpired410RestartsFromFirstPage", page2: status(http.StatusGone, fixture.Read(t, fixture.HandMade.Path(t, "list-continue-410-status.json")))},
 		{name: "SecondPage500RestartsFromFirstPage", page2: status(http.StatusInternalServerError, internalStatus)},
 		{name: "SecondPageHangUpRestartsFromFirstPage", page2: hangUp},
 	}
@@ -371,7 +373,7 @@ func TestListWatcherRetriesWatchFromSameRV(t *testing.T) {
 		{name: "Status500BacksOff", watch: status(http.StatusInternalServerError, internalStatus), wantMinDelay: time.Millisecond},
 		{name: "Status429RetryAfterHeaderHonoured", watch: status(http.StatusTooManyRequests, tooMany, "Retry-After", "3"), wantMinDelay: 3 * time.Second},
 		{name: "Status503PlainTextRetryAfterHonoured", watch: status(http.StatusServiceUnavailable, "Error trying to reach service: 'dial tcp 10.0.0.1:6443: connect: connection refused'\n", "Retry-After", "2"), wantMinDelay: 2 * time.Second},
-		{name: "RetryAfterBoundedToFiveMinutes", watch: status(http.StatusTooManyRequests, "Too many requests, please try again later.\n", "Retry-After", "86400"), wantMinDelay: maxRetryAfter, wantMaxDelay: maxRetryAfter},
+		{name: "RetryAfterBoundedToFiveMinutes", watch: status(http.StatusTooManyRequests, "Too many requests, please try again later.\n", "Retry-After", "86400"), wantMinDelay: 5 * time.Minute, wantMaxDelay: 5 * time.Minute},
 		{name: "HangUpBacksOff", watch: hangUp, wantMinDelay: time.Millisecond},
 		{name: "ErrorEventWithoutStatusBacksOff", watch: stream(`{"type":"ERROR","object":{"message":"something odd"}}`), wantMinDelay: time.Millisecond},
 		{name: "NotFound404BacksOff", watch: status(http.StatusNotFound, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"namespaces \"default\" not found","reason":"NotFound","details":{"name":"default","kind":"namespaces"},"code":404}`), wantMinDelay: time.Millisecond},
@@ -590,7 +592,7 @@ func TestListWatcherBackOffStopStillWaits(t *testing.T) {
 	api.waitWatches(t, 2)
 	l.stop(t)
 
-	assert.Equal(t, []time.Duration{maxBackOff}, l.after.requested())
+	assert.Equal(t, []time.Duration{30 * time.Second}, l.after.requested(), "a policy that gives up waits the 30 s cap (apiclient.RetryDelay)")
 }
 
 // TestListWatcherReadyAndAlive ensures Alive follows Run, and Ready is false
@@ -639,24 +641,6 @@ func TestListWatcherReadyGrace(t *testing.T) {
 
 	close(third)
 	require.Eventually(t, l.lw.Ready, waitLimit, time.Millisecond, "ready again once a watch is open")
-}
-
-// TestDefaultBackOff ensures the default policy starts near client-go's
-// 0.8 s, grows, stays under its 30 s cap (plus jitter) and never gives up.
-func TestDefaultBackOff(t *testing.T) {
-	bo := DefaultBackOff()
-	first := bo.NextBackOff()
-	assert.GreaterOrEqual(t, first, 400*time.Millisecond)
-	assert.LessOrEqual(t, first, 1200*time.Millisecond)
-	last := first
-	for range 200 {
-		last = bo.NextBackOff()
-		require.NotEqual(t, backoff.Stop, last, "the default backoff gave up")
-		assert.LessOrEqual(t, last, 45*time.Second)
-	}
-	assert.GreaterOrEqual(t, last, 15*time.Second, "grown to its cap")
-	bo.Reset()
-	assert.LessOrEqual(t, bo.NextBackOff(), 1200*time.Millisecond, "Reset starts over")
 }
 
 // TestListWatcherTimeoutEndCounted ensures a watch the server ends at its

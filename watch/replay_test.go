@@ -4,41 +4,18 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/internal/fixture"
 )
 
 // Replay tests serve files byte for byte: the real recordings of
 // ../testdata/recorded/ (hack/record.sh) when they have been made, and the
 // hand-made ones of testdata/ in the same shapes always. Expectations are read
 // from the files themselves with encoding/json, independently of the decoder.
-
-// fixtureDirs are where replayed files come from.
-var fixtureDirs = []struct {
-	name     string
-	dir      string
-	recorded bool
-}{
-	{name: "HandMade", dir: "testdata"},
-	{name: "Recorded", dir: "../testdata/recorded", recorded: true},
-}
-
-// fixture returns the path of name in dir; a missing recording skips the test.
-func fixture(t *testing.T, dir string, recorded bool, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if _, err := os.Stat(p); err != nil {
-		if recorded {
-			t.Skipf("no recording %s (make record): %v", p, err)
-		}
-		t.Fatalf("fixture %s: %v", p, err)
-	}
-	return p
-}
 
 // wireEvent is one watch line as encoding/json reads it.
 type wireEvent struct {
@@ -83,10 +60,10 @@ func expectedList(t *testing.T, body string) ([]string, wireMeta) {
 // order, bookmark excepted, after the list, and that the next watch resumes
 // from the last line's resourceVersion without a relist.
 func TestReplayWatchEvents(t *testing.T) {
-	for _, src := range fixtureDirs {
-		t.Run(src.name, func(t *testing.T) {
-			listBody := readFile(t, fixture(t, src.dir, src.recorded, "list.json"))
-			lines := readLines(t, fixture(t, src.dir, src.recorded, "watch-events.ndjson"))
+	for _, src := range fixture.Dirs {
+		t.Run(src.Name, func(t *testing.T) {
+			listBody := fixture.Read(t, src.Path(t, "list.json"))
+			lines := readLines(t, src.Path(t, "watch-events.ndjson"))
 			want, ListMeta := expectedList(t, listBody)
 			want = append([]string{"BeginList"}, append(want, "EndList")...)
 			var lastRV string
@@ -116,10 +93,10 @@ func TestReplayWatchEvents(t *testing.T) {
 // TestReplayPagedList ensures a real two-page LIST is followed through its
 // continue token and handed over whole, then watched from its resourceVersion.
 func TestReplayPagedList(t *testing.T) {
-	for _, src := range fixtureDirs {
-		t.Run(src.name, func(t *testing.T) {
-			page1 := readFile(t, fixture(t, src.dir, src.recorded, "list-page-1.json"))
-			page2 := readFile(t, fixture(t, src.dir, src.recorded, "list-page-2.json"))
+	for _, src := range fixture.Dirs {
+		t.Run(src.Name, func(t *testing.T) {
+			page1 := fixture.Read(t, src.Path(t, "list-page-1.json"))
+			page2 := fixture.Read(t, src.Path(t, "list-page-2.json"))
 			seen1, meta1 := expectedList(t, page1)
 			seen2, meta2 := expectedList(t, page2)
 			require.NotEmpty(t, meta1.Metadata.Continue, "page 1 has a continue token")
@@ -144,18 +121,18 @@ func TestReplayPagedList(t *testing.T) {
 // (the watch refused with 410, an ERROR event carrying 410, an expired continue
 // token) leads to a complete fresh list and never to a retry of the old RV.
 func TestReplayGone(t *testing.T) {
-	for _, src := range fixtureDirs {
-		t.Run(src.name, func(t *testing.T) {
+	for _, src := range fixture.Dirs {
+		t.Run(src.Name, func(t *testing.T) {
 			t.Run("WatchRefused410Relists", func(t *testing.T) {
-				body := readFile(t, fixture(t, src.dir, src.recorded, "gone-410-status.json"))
+				body := fixture.Read(t, src.Path(t, "gone-410-status.json"))
 				replayWatchGone(t, status(http.StatusGone, body))
 			})
 			t.Run("ErrorEvent410Relists", func(t *testing.T) {
-				lines := readLines(t, fixture(t, src.dir, src.recorded, "watch-410.ndjson"))
+				lines := readLines(t, src.Path(t, "watch-410.ndjson"))
 				replayWatchGone(t, stream(lines...))
 			})
 			t.Run("ContinueExpired410RestartsList", func(t *testing.T) {
-				body := readFile(t, fixture(t, src.dir, src.recorded, "list-continue-410-status.json"))
+				body := fixture.Read(t, src.Path(t, "list-continue-410-status.json"))
 				api := newFakeAPI(t).onList(
 					list("100", "tok-1", item("a", "90")),
 					status(http.StatusGone, body),
@@ -198,12 +175,12 @@ func TestReplayModifiedLarge(t *testing.T) {
 		{"modified-100kib.ndjson", 100 << 10},
 		{"modified-1mib.ndjson", 1<<20 - 1<<10},
 	}
-	for _, src := range fixtureDirs {
+	for _, src := range fixture.Dirs {
 		for _, f := range files {
-			t.Run(src.name+"/"+f.file, func(t *testing.T) {
+			t.Run(src.Name+"/"+f.file, func(t *testing.T) {
 				var lines []string
-				if src.recorded {
-					lines = readLines(t, fixture(t, src.dir, true, f.file))
+				if src.Recorded {
+					lines = readLines(t, src.Path(t, f.file))
 				} else {
 					lines = []string{generatedModified(f.size)}
 				}

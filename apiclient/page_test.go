@@ -1,4 +1,4 @@
-package watch
+package apiclient
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+
+	"github.com/k8spatterns/config-watcher/internal/fixture"
 )
 
 // pageItems reads a page with ReadPage and returns a copy of each item.
@@ -26,13 +28,13 @@ func pageItems(r io.Reader) ([]string, ListMeta, error) {
 // a continued list, metadata-only pods) decodes, read whole or a byte at a
 // time, to exactly the items and metadata encoding/json reads in it.
 func TestReadPageRecorded(t *testing.T) {
-	for _, src := range fixtureDirs {
+	for _, src := range fixture.Dirs {
 		for _, name := range []string{"list.json", "list-page-1.json", "list-page-2.json", "pods-list.json", "pods-metadata-list.json"} {
-			t.Run(src.name+"/"+name, func(t *testing.T) {
-				if !src.recorded && strings.HasPrefix(name, "pods-") {
+			t.Run(src.Name+"/"+name, func(t *testing.T) {
+				if !src.Recorded && strings.HasPrefix(name, "pods-") {
 					t.Skip("recorded only")
 				}
-				body := readFile(t, fixture(t, src.dir, src.recorded, name))
+				body := fixture.Read(t, src.Path(t, name))
 				var want struct {
 					Metadata ListMeta          `json:"metadata"`
 					Items    []json.RawMessage `json:"items"`
@@ -62,7 +64,7 @@ func TestReadPageRecorded(t *testing.T) {
 // error, io.ErrUnexpectedEOF or invalid JSON, and never a complete page:
 // the list it belongs to must not be ended.
 func TestReadPageCutAnywhereFails(t *testing.T) {
-	body := readFile(t, fixture(t, "../testdata/recorded", true, "list.json"))
+	body := fixture.Read(t, fixture.Recorded.Path(t, "list.json"))
 	body = strings.TrimRight(body, "\n")
 	for cut := 0; cut < len(body); cut++ {
 		_, _, err := pageItems(strings.NewReader(body[:cut]))

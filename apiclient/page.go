@@ -1,4 +1,4 @@
-package watch
+package apiclient
 
 import (
 	"encoding/json"
