@@ -140,29 +140,29 @@ var settings = []setting{
 	{"NAMESPACE_SELECTOR", "namespace-selector", "config-watcher.k8spatterns.io/enabled=true", "with WATCH_NAMESPACE=*, the label selector of the Namespaces that opt in: ConfigMaps and Secrets elsewhere are ignored (needs list and watch on namespaces); empty: every namespace", selectorSetting(selector.ParseAny, func(c *config) **selector.Selector { return &c.NamespaceSelector })},
 	{"POD_OPT_IN_LABEL", "pod-opt-in-label", "", "a label (key=value) every restarted pod must carry besides matching the selector, so a workload consents in its own pod template (e.g. config-watcher.k8spatterns.io/restart=true); empty: none, the book's pattern", selectorSetting(selector.ParseLabel, func(c *config) **selector.Selector { return &c.PodOptIn })},
 	{"RECORD_HASH", "record-hash", "true", "record the restarted-for data hash on each ConfigMap (needs patch on configmaps); false keeps it in memory only", boolSetting(func(c *config) *bool { return &c.RecordHash })},
-	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
+	{"WATCH_SECRETS", "watch-secrets", "false", "also watch Secrets carrying the selector annotation or restartReferencingPods (needs the manifests/secrets component: list and watch on secrets, create on configmaps)", boolSetting(func(c *config) *bool { return &c.WatchSecrets })},
 	{"DIGEST_KEY_FILE", "digest-key-file", "/etc/config-watcher/digest-key/key", "file holding the key of the digests of Secret data: 32 random bytes, base64-encoded (blanks around it ignored); required with WATCH_SECRETS", text(func(c *config, v string) error {
 		c.DigestKeyFile = v
 		return nil
 	})},
-	{"WORKERS", "workers", "4", "ConfigMaps reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
+	{"WORKERS", "workers", "4", "ConfigMaps and Secrets reconciled at once", intSetting(1, 64, func(c *config) *int { return &c.Workers })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long in-flight restarts may finish after SIGTERM (keep it below the pod's grace period)", durationSetting(0, 5*time.Minute, "0s to 5m", func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 	{"RESTART_STRATEGY", "restart-strategy", "delete", "how pods are restarted: delete (the pattern) or evict (the Eviction API, which honours PodDisruptionBudgets; needs create on pods/eviction)", oneOf(func(c *config, v string) { c.RestartStrategy = v }, "delete", "evict")},
-	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods a ConfigMap selects may be unavailable during its restarts, counting pods down for any reason: a number, or a percentage of the pods their owners expect, rounded down (at least 1); pods that serve nothing (crash-looping, or not Ready for 10s) are restarted first, outside it; 100% restarts all at once", text(func(c *config, v string) error {
+	{"MAX_UNAVAILABLE", "max-unavailable", "25%", "how many of the pods an object selects may be unavailable during its restarts, counting pods down for any reason: a number, or a percentage of the pods their owners expect, rounded down (at least 1); pods that serve nothing (crash-looping, or not Ready for 10s) are restarted first, outside it; 100% restarts all at once", text(func(c *config, v string) error {
 		b, err := policy.ParseBudget(v)
 		c.MaxUnavailable = b
 		return err
 	})},
 	{"MIN_READY_SECONDS", "min-ready-seconds", "0", "seconds a pod must have been Ready to count as available in the restart budget (as a Deployment's minReadySeconds)", intSetting(0, 3600, func(c *config) *int { return &c.MinReadySeconds })},
 	{"PROGRESS_DEADLINE", "progress-deadline", "10m", "a round that could restart no pod for this long halts (Warning Event RolloutHalted) and goes on when pods become Ready; replacements not Ready this long after the last restart get a ReplacementsNotReady Event", durationSetting(time.Second, 24*time.Hour, "1s to 24h", func(c *config) *time.Duration { return &c.ProgressDeadline })},
-	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
+	{"MAX_CONCURRENT_RESTARTS", "max-concurrent-restarts", "10", "restart requests of one ConfigMap or Secret in flight at once; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxConcurrent })},
 	{"SETTLE", "settle", "0s", "a round's first restart waits until no annotated object selecting any of its pods has changed for this long, so that changes arriving together (a Helm upgrade, a GitOps sync) restart each pod once; 0s: at once", durationSetting(0, 10*time.Minute, "0s to 10m", func(c *config) *time.Duration { return &c.Settle })},
 	{"STORM_CHANGES", "storm-changes", "5", "more data changes of one object than this within STORM_WINDOW are a storm: Warning Event ChangeStorm, and its pods restarted at most once per STORM_WINDOW until its data has been quiet that long; 0: no storm guard", intSetting(0, 1000, func(c *config) *int { return &c.StormChanges })},
 	{"STORM_WINDOW", "storm-window", "1m", "the window of STORM_CHANGES, and in a storm the least time between two rounds of the object", durationSetting(time.Second, time.Hour, "1s to 1h", func(c *config) *time.Duration { return &c.StormWindow })},
 	{"MAX_RESTARTS_PER_SECOND", "max-restarts-per-second", "50", "restart requests of all objects together per second, with bursts of ten times as many; 0: no cap", intSetting(0, 10000, func(c *config) *int { return &c.MaxRestartsPerS })},
 	{"DRY_RUN", "dry-run", "false", "do everything but restart: requests go with dryRun=All, nothing is deleted, evicted or recorded", boolSetting(func(c *config) *bool { return &c.DryRun })},
 	{"POD_INDEX", "pod-index", "true", "keep an index of pods (owner, readiness) from a pod watch, with either strategy: every round decides from it, without a LIST per wave (needs watch on pods); false lists pods for each wave", boolSetting(func(c *config) *bool { return &c.PodIndex })},
-	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
+	{"EVENTS", "events", "true", "record Kubernetes Events on the ConfigMaps and Secrets acted for (needs create on events)", boolSetting(func(c *config) *bool { return &c.Events })},
 	{"LEADER_ELECT", "leader-elect", "false", "elect one active replica with a Lease in the watched namespace (needs POD_NAME); standbys watch but never act", boolSetting(func(c *config) *bool { return &c.LeaderElect })},
 	{"LEASE_NAME", "lease-name", "config-watcher", "name of the coordination.k8s.io Lease used for leader election", text(func(c *config, v string) error {
 		if k8sname.Subdomain(v) != nil {

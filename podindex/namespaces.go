@@ -11,7 +11,7 @@ import (
 )
 
 // Namespaces indexes the pods of only the namespaces that hold an annotated
-// ConfigMap, as Annotated (policy's Config.Annotated) tells it, one list +
+// ConfigMap or Secret, as its Annotated is told (policy's Config.Pods), one list +
 // watch each. A namespace without an index is no gap: its rounds list first.
 type Namespaces struct {
 	cfg NamespacesConfig

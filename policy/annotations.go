@@ -9,8 +9,9 @@ import (
 	"github.com/k8spatterns/config-watcher/apiclient"
 )
 
-// RestartedForAnnotation is R in the state model (doc.go): the digest of
-// the data every selected pod was last restarted for, or adopted.
+// RestartedForAnnotation is R in the state model
+// (docs/design.md#state-model): the digest of the data every selected pod
+// was last restarted for, or adopted.
 const RestartedForAnnotation = "config-watcher.k8spatterns.io/restarted-for"
 
 // RestartingAnnotation is I in the state model: "sha256:…/uid,uid,…", the

@@ -43,7 +43,7 @@ type Config struct {
 	// (NAMESPACE_SELECTOR under WATCH_NAMESPACE=*): objects elsewhere are
 	// ignored.
 	Namespaces *NamespaceConsent
-	Workers    int // ConfigMaps reconciled at once (4)
+	Workers    int // ConfigMaps and Secrets reconciled at once (4)
 	// ShutdownGrace bounds how long rounds in flight may run once the
 	// controller is told to stop (SHUTDOWN_TIMEOUT); 0: they are cut at
 	// once.
@@ -65,7 +65,7 @@ type Config struct {
 	// DryRun does everything but act: the server validates each restart
 	// (dryRun=All), and nothing is deleted, evicted or recorded.
 	DryRun bool
-	Events EventRecorder // if set, records Events on the ConfigMaps acted for
+	Events EventRecorder // if set, records Events on the ConfigMaps and Secrets acted for
 	// MayAct, if set, is asked before every write: a leader whose lease
 	// may have lapsed must not act.
 	MayAct func() bool
