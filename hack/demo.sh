@@ -183,6 +183,15 @@ remember_pods() {
 	while read -r name uid ready; do was[$name]=$ready; done < <(webapp_pods)
 }
 
+# roll_out PATCH merges PATCH into webapp-config and narrates the rollout that follows.
+roll_out() {
+	local from
+	from=$(record)
+	remember_pods
+	run k patch configmap webapp-config -n default --type merge -p "$1"
+	narrate rolled_out configmap/webapp-config "$from"
+}
+
 # at prints a line of narrate's: the seconds since it began, what happened, how many pods
 # are Ready. start and n are narrate's (bash functions see their caller's locals).
 at() { printf '    %6.1fs  %-44s Ready: %d of %d\n' "$((($(date +%s%3N) - start) / 100))e-1" "$1" "$n" "$replicas"; }
@@ -236,9 +245,7 @@ why "of its data (config-watcher.k8spatterns.io/restarted-for=${adopted:0:12}…
 say "Changing the ConfigMap's data: the pods restart in waves"
 why "MAX_UNAVAILABLE is 25 % (the default): of $replicas pods, one may be down at a time. Each wave"
 why "restarts one Ready pod, then waits until its replacement is Ready before the next."
-remember_pods
-run k patch configmap webapp-config -n default --type merge -p '{"data":{"message":"Hello, World"}}'
-narrate rolled_out configmap/webapp-config "$adopted"
+roll_out '{"data":{"message":"Hello, World"}}'
 changed=$(record)
 why "Restarted for data hash: ${changed:0:12}…; from config-watcher's /metrics:"
 curl -fsS "http://127.0.0.1:$http_port/metrics" | grep -E '^config_watcher_(pod_deletions|reconciles)_total' | grep -v ' 0$' | sed 's/^/      /'
@@ -259,10 +266,7 @@ k get events -n default --field-selector involvedObject.name=webapp-config,reaso
 say "The fix: a good message again"
 why "The fix is a new change: its round restarts the pod that is not Ready first (it serves"
 why "nothing), then the others in waves."
-bad=$(record)
-remember_pods
-run k patch configmap webapp-config -n default --type merge -p '{"data":{"message":"Hello again"}}'
-narrate rolled_out configmap/webapp-config "$bad"
+roll_out '{"data":{"message":"Hello again"}}'
 why "No round halted any more: config_watcher_rounds_halted=$(metric config_watcher_rounds_halted)."
 show_pods
 
@@ -314,10 +318,7 @@ if [[ $(webapp_names) == "$now" ]]; then
 else
 	why "Unexpected: the pods changed to $(webapp_names | tr '\n' ' ')"
 fi
-read_key=$(record)
-remember_pods
-run k patch configmap webapp-config -n default --type merge -p '{"data":{"message":"Hello from the key"}}'
-narrate rolled_out configmap/webapp-config "$read_key"
+roll_out '{"data":{"message":"Hello from the key"}}'
 why "The key the webapp reads changed: its pods restarted, in waves, as with the selector:"
 k get events -n default --field-selector involvedObject.name=webapp-config,reason=PodsRestarted -o custom-columns=MESSAGE:.message --no-headers |
 	grep referencing | sed 's/^/      /'
