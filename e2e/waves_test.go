@@ -96,6 +96,12 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 
 	badHash, _, _ := strings.Cut(cm.Metadata.Annotations[restartingAnnotation], "/")
 
+	// The fix comes once both replacements serve nothing (not Ready for 10 s since
+	// their creationTimestamp, in whole seconds): its first wave restarts both,
+	// outside the budget. Sooner, a replacement created in a later second than the
+	// other qualifies a second later, and the budget may let a Ready pod go between
+	// them, as it should (seen once: 34.0 s and 35.0 s).
+	time.Sleep(time.Until(first[len(first)-1].Received.Add(12 * time.Second)))
 	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, fixed"}}`)
 	assert.NotEqual(t, badHash, f.waitRoundDone(t, replicas), "recorded the data that never became Ready")
 	f.waitServing(t, replicas)
