@@ -91,7 +91,7 @@ e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and r
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)
 	bash hack/soak.sh
 
-bench: ## the campaign BENCHMARKS.md quotes: config-watcher vs the book's script and a client-go informer, 3 runs on fresh control planes, then the cluster-scale rows, into bench/results/ (about 90 min; BENCH_RUNS=1 about 45)
+bench: ## the campaign BENCHMARKS.md quotes: config-watcher vs the book's script and a client-go informer, 3 runs on fresh control planes, then the cluster-scale rows, into bench/results/ (about 105 min; BENCH_RUNS=1 about 50)
 	bash bench/campaign.sh
 
 bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 s rolled with MAX_UNAVAILABLE=25% and 100%, first-restart latency of each; fresh control plane, about 5 min

@@ -11,8 +11,8 @@
 #   spread.md   benchtool spread over the runs: each headline ratio per run
 #   campaign.txt  the command, the commit and the base it was measured against
 #
-# BENCH_BASE=<git rev> is passed to every step (see bench/run.sh). About 45 minutes a run
-# with BENCH_RUNS=1; with 3 runs about 90 (24 each, then 20 for the cluster scale).
+# BENCH_BASE=<git rev> is passed to every step (see bench/run.sh). About 50 minutes
+# with BENCH_RUNS=1; with 3 runs about 105 (28 each, then 20 for the cluster scale).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
