@@ -264,7 +264,7 @@ func transportError(t *testing.T) error {
 // wrapping, and only its answer: other codes, a transport failure and a
 // cancelled request match none of them.
 func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
-	type flags struct{ notFound, conflict, forbidden, gone bool }
+	type flags struct{ notFound, forbidden, gone bool }
 	status := func(code int, reason string) error { return &apiclient.StatusError{Code: code, Reason: reason} }
 	tests := []struct {
 		name string
@@ -276,7 +276,7 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		{name: "Unauthorized401IsNoneOfThem", err: status(401, "Unauthorized")},
 		{name: "Forbidden403", err: status(403, "Forbidden"), want: flags{forbidden: true}},
 		{name: "NotFound404", err: status(404, "NotFound"), want: flags{notFound: true}},
-		{name: "Conflict409", err: status(409, "Conflict"), want: flags{conflict: true}},
+		{name: "Conflict409IsNoneOfThem", err: status(409, "Conflict")},
 		{name: "Gone410", err: status(410, "Gone"), want: flags{gone: true}},
 		{name: "Gone410PlainText", err: status(410, ""), want: flags{gone: true}},
 		{name: "ExpiredReasonWithoutCode", err: status(0, "Expired"), want: flags{gone: true}},
@@ -285,7 +285,7 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		{name: "Internal500IsNoneOfThem", err: status(500, "InternalError")},
 		{name: "WrappedNotFound", err: fmt.Errorf("delete pod default/webapp-1: %w", status(404, "NotFound")), want: flags{notFound: true}},
 		{name: "WrappedTwiceGone", err: fmt.Errorf("list: %w", fmt.Errorf("page 2: %w", status(410, "Expired"))), want: flags{gone: true}},
-		{name: "JoinedConflict", err: errors.Join(errors.New("other"), status(409, "Conflict")), want: flags{conflict: true}},
+		{name: "JoinedNotFound", err: errors.Join(errors.New("other"), status(404, "NotFound")), want: flags{notFound: true}},
 		{name: "TransportErrorIsNoneOfThem", err: transportError(t)},
 		{name: "CancelledIsNoneOfThem", err: fmt.Errorf("GET /x: %w", context.Canceled)},
 	}
@@ -293,7 +293,6 @@ func TestPredicatesMatchOnlyTheirAnswer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := flags{
 				notFound:  apiclient.IsNotFound(tt.err),
-				conflict:  apiclient.IsConflict(tt.err),
 				forbidden: apiclient.IsForbidden(tt.err),
 				gone:      apiclient.IsGone(tt.err),
 			}
