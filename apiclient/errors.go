@@ -127,7 +127,6 @@ func quoted(s string, n int) string {
 // IsNotFound: the object does not exist (any more).
 func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
 
-
 // IsForbidden: RBAC refused the request.
 func IsForbidden(err error) bool { return hasCode(err, http.StatusForbidden) }
 
