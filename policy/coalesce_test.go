@@ -178,10 +178,7 @@ func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
 		&fakePod{name: "web-2", uid: "uid-2", labels: web})
 	api.listsAtRevision = true
 	x := mirror(t, api, api.replacement)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the server closes: a failed check must not hang on held DELETEs
+	release, free := heldUntilFreed(t)
 	var held atomic.Int32
 	api.fault = func(r request) (int, string, bool) {
 		if r.method == http.MethodDelete {
@@ -229,10 +226,7 @@ func TestBurstRoundsDoNotWaitForOneAnothersRequests(t *testing.T) {
 		&fakePod{name: "c-1", uid: "uid-c", labels: map[string]string{"app": "c"}})
 	api.listsAtRevision = true
 	x := mirror(t, api, api.replacement)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	free := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the server closes: a failed check must not hang on held requests
+	release, free := heldUntilFreed(t)
 	var heldDeletes, heldLists atomic.Int32
 	cSent := make(chan struct{})
 	api.fault = func(r request) (int, string, bool) {
@@ -272,4 +266,15 @@ func TestBurstRoundsDoNotWaitForOneAnothersRequests(t *testing.T) {
 	settle(t, c)
 	assert.Equal(t, []string{"a-1", "b-1", "c-1"}, api.removedPods(), "each pod once, no replacement")
 	assert.Zero(t, m.Reconciles.Value(resultError))
+}
+
+// heldUntilFreed returns a channel that the fake server's held requests wait
+// on, and free, which closes it once. free also runs at cleanup, before the
+// server closes: a failed check must not hang on held requests.
+func heldUntilFreed(t *testing.T) (release <-chan struct{}, free func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	free = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(free)
+	return ch, free
 }
