@@ -227,6 +227,7 @@ type objectMeta struct {
 	UID               string            `json:"uid"`
 	ResourceVersion   string            `json:"resourceVersion"`
 	DeletionTimestamp *string           `json:"deletionTimestamp"`
+	CreationTimestamp time.Time         `json:"creationTimestamp"`
 	Labels            map[string]string `json:"labels"`
 	Annotations       map[string]string `json:"annotations"`
 }

@@ -97,11 +97,20 @@ func TestWavesHaltOnNeverReadyThenFixRestartsThemFirst(t *testing.T) {
 	badHash, _, _ := strings.Cut(cm.Metadata.Annotations[restartingAnnotation], "/")
 
 	// The fix comes once both replacements serve nothing (not Ready for 10 s since
-	// their creationTimestamp, in whole seconds): its first wave restarts both,
-	// outside the budget. Sooner, a replacement created in a later second than the
-	// other qualifies a second later, and the budget may let a Ready pod go between
-	// them, as it should (seen once: 34.0 s and 35.0 s).
-	time.Sleep(time.Until(first[len(first)-1].Received.Add(12 * time.Second)))
+	// their creationTimestamp, in whole seconds: the stand-in writes no condition on
+	// a pod it never makes Ready): its first wave restarts both, outside the budget.
+	// Sooner, a replacement created in a later second than the other qualifies a
+	// second later, and the budget may let a Ready pod go between them, as it
+	// should (seen once: 34.0 s and 35.0 s).
+	eventually(t, waitTimeout, "the replacements not Ready for 10 s", func() (bool, string) {
+		created := f.pods.created(notReady)
+		for _, at := range created {
+			if at.IsZero() || time.Since(at) <= 10*time.Second {
+				return false, fmt.Sprint(created)
+			}
+		}
+		return true, ""
+	})
 	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, fixed"}}`)
 	assert.NotEqual(t, badHash, f.waitRoundDone(t, replicas), "recorded the data that never became Ready")
 	f.waitServing(t, replicas)
@@ -442,6 +451,17 @@ func (w *podWatch) serving() (int, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.servingLocked(), w.describeLocked()
+}
+
+// created returns the creationTimestamp of each of pods, zero for one not seen.
+func (w *podWatch) created(pods []pod) map[string]time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := make(map[string]time.Time, len(pods))
+	for _, p := range pods {
+		at[p.name] = w.pods[p.name].Metadata.CreationTimestamp
+	}
+	return at
 }
 
 // notServing returns the non-terminating pods that are not Ready.
