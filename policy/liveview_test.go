@@ -192,6 +192,75 @@ func TestMembershipBound(t *testing.T) {
 	}
 }
 
+// TestMembershipBoundTakesNoTerminationItCannotTellOurs ensures a pod that
+// someone else deleted before the change was seen, shown running by an
+// index behind, bounds nothing when the round's DELETE of it has no answer
+// that says it was the round's (a 500, a failed precondition): its
+// replacement, created before the change, is restarted too.
+func TestMembershipBoundTakesNoTerminationItCannotTellOurs(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		graceful bool
+		answer   int // the round's first DELETE of webapp-1: 0, the server's own (409)
+	}{
+		{name: "its DELETE answered 500, the pod gone", answer: http.StatusInternalServerError},
+		{name: "its DELETE refused for the precondition, the pod terminating", graceful: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			web := map[string]string{"app": "webapp"}
+			api := newFakeAPI(t, &fakePod{name: "webapp-1", uid: "uid-1", labels: web}, &fakePod{name: "webapp-2", uid: "uid-2", labels: web})
+			api.graceful = tt.graceful
+			x := mirror(t, api, nil) // shows webapp-1 and webapp-2 running
+			// Before the change, unseen by the index yet: webapp-1 is
+			// deleted by someone else, and its ReplicaSet replaces it.
+			api.mu.Lock()
+			gone := *api.pods["webapp-1"]
+			api.revision++
+			gone.version = api.revision
+			if tt.graceful {
+				api.pods["webapp-1"].terminating, api.pods["webapp-1"].version = true, gone.version
+				gone.terminating = true
+			} else {
+				delete(api.pods, "webapp-1")
+			}
+			replacement := api.addPodLocked("webapp-1r", web)
+			api.mu.Unlock()
+			var once sync.Once
+			api.fault = func(r request) (int, string, bool) {
+				if r.method != http.MethodDelete || !strings.HasSuffix(r.path, "/webapp-1") {
+					return 0, "", false
+				}
+				caughtUp := false
+				once.Do(func() {
+					// The index catches up as the round's DELETE is sent.
+					typ := watch.Deleted
+					if tt.graceful {
+						typ = watch.Modified
+					}
+					x.Handle(podEvent(t, typ, gone))
+					x.Handle(podEvent(t, watch.Added, replacement))
+					caughtUp = true
+				})
+				if caughtUp && tt.answer != 0 {
+					return tt.answer, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}`, true
+				}
+				return 0, "", false
+			}
+			c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+			c.sweepWait = 2 * time.Second
+			start(t, c)
+
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+			settle(t, c)
+
+			assert.Contains(t, api.removedPods(), "webapp-1r", "the replacement, created before the change, was left on the old data")
+			assert.NotContains(t, api.removedPods(), "webapp-1", "someone else deleted it")
+			assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
+		})
+	}
+}
+
 // TestMembershipBoundOfEvictions ensures a round whose restarts answer no
 // revision (evictions) takes its bound from a consistent LIST of one pod,
 // no resourceVersion, and completes its membership from the index once it

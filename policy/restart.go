@@ -155,10 +155,12 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			return podPending, fmt.Errorf("%s pod %s/%s: throttled by the API server: %w", verb, obj.namespace, pod.name, err)
 		case answerConflict:
 			count("conflict")
-			if since, ok := r.indexedTermination(ctx, obj.namespace, pod.uid); ok {
-				// Our DELETE took effect though its answer was lost.
-				r.indexed.noteDeleted(pod.uid, since)
-				log.Info("pod terminating since our deletion", "outcome", "deleted")
+			if r.indexedTermination(ctx, obj.namespace, pod.uid) {
+				// Our DELETE took effect though its answer was lost, or
+				// someone else's did before it (a view behind): which,
+				// nothing tells, so its termination bounds nothing
+				// (sweep.go).
+				log.Info("pod terminating since our deletion or another", "outcome", "deleted")
 				return podRestarted, nil
 			}
 			if conflicts++; conflicts > maxConflicts {
@@ -172,11 +174,6 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			return podPending, c.refused(obj, verb, resource, "verb "+permission, err)
 		default:
 			maybeDeleted = true // the request may have been carried out
-			if r.indexed != nil {
-				// If it was, the index shows when: the round's first
-				// deletion may be this one (sweep.go).
-				r.indexed.noteDeleted(pod.uid, 0)
-			}
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
 			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)
@@ -185,12 +182,13 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 }
 
 // indexedTermination: the round began from the index, which showed the pod
-// running then and shows it terminating now; since is when it began to.
-func (r *round) indexedTermination(ctx context.Context, namespace, uid string) (since uint64, ok bool) {
+// running then and shows it terminating now.
+func (r *round) indexedTermination(ctx context.Context, namespace, uid string) bool {
 	if r.indexed == nil {
-		return 0, false
+		return false
 	}
-	return r.indexed.index.Terminated(ctx, namespace, uid, 0)
+	_, ok := r.indexed.index.Terminated(ctx, namespace, uid, 0)
+	return ok
 }
 
 // judgeAgain re-reads a pod whose precondition failed: again is true, with

@@ -76,8 +76,15 @@ type indexed struct {
 	bound           *boundList // the limit=1 LIST, once sent
 
 	mu       sync.Mutex
-	answered uint64   // the lowest resourceVersion the round's DELETEs answered
-	deleted  []string // the pods it deleted or evicted
+	answered uint64 // the lowest resourceVersion the round's DELETEs answered
+	// deleted are the pods whose DELETE or eviction the server accepted:
+	// their preconditions held, so their termination is the round's,
+	// after its change was seen. A termination that no answer tells is
+	// the round's (the answer lost; a precondition failed on a pod
+	// terminating) may be someone else's from before the change, shown
+	// late by a view behind: it bounds nothing, and its replacement is
+	// restarted, a restart too many rather than a pod left on old data.
+	deleted []string
 }
 
 // boundList is a consistent pod LIST of one item: its revision is the
@@ -106,10 +113,10 @@ func (x *indexed) hasAnswer() bool {
 	return x.answered != math.MaxUint64
 }
 
-// firstDeletion returns the revision at which the round's first deletion
-// took effect: the earliest at which the index saw one of its pods
-// terminate, or a DELETE's answer, a revision no earlier (math.MaxUint64
-// if nothing was deleted).
+// firstDeletion returns the revision at which the round's first accepted
+// deletion took effect: the earliest at which the index saw one of those
+// pods terminate, or a DELETE's answer, a revision no earlier
+// (math.MaxUint64 if nothing was deleted).
 func (x *indexed) firstDeletion(ctx context.Context, namespace string, deadline time.Time) uint64 {
 	x.mu.Lock()
 	first, deleted := x.answered, slices.Clone(x.deleted)
