@@ -235,7 +235,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	mux.Handle("GET /healthz", probe(lws, notAlive))
 	mux.Handle("GET /readyz", probe(lws, (*watch.ListWatcher).Unready))
 	mux.Handle("GET /metrics", reg)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := newHTTPServer(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server failed", "err", err)
