@@ -9,7 +9,7 @@
 #      namespace it watched;
 #   3. deletes the installed objects: those labelled app.kubernetes.io/name=config-watcher
 #      (Deployment, PodDisruptionBudget, ServiceAccount, Role, RoleBinding, the monitoring
-#      component's Service, ServiceMonitor, PrometheusRule and dashboard), and the
+#      component's Service, NetworkPolicy, ServiceMonitor, PrometheusRule and dashboard), and the
 #      ClusterRole and ClusterRoleBinding of a cluster-wide install if they are bound to
 #      this namespace's ServiceAccount.
 #
@@ -97,7 +97,7 @@ done | {
 }
 
 say "deleting the installed objects"
-kinds=deployment,poddisruptionbudget,service,configmap,serviceaccount,role,rolebinding
+kinds=deployment,poddisruptionbudget,service,networkpolicy,configmap,serviceaccount,role,rolebinding
 if [[ -n $(k api-resources --api-group=monitoring.coreos.com -o name 2>/dev/null) ]]; then
 	kinds+=,servicemonitors.monitoring.coreos.com,prometheusrules.monitoring.coreos.com
 fi

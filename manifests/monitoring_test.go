@@ -58,3 +58,31 @@ func TestMonitoringComponentScrapesTheController(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(str(dashboards, "data", "config-watcher.json")), &dashboard))
 	assert.Equal(t, "config-watcher", dashboard["uid"])
 }
+
+// TestMonitoringComponentAdmitsOnlyTheScraperToTheMetricsPort ensures the
+// monitoring component's NetworkPolicy selects the controller's pods,
+// restricts their ingress only (egress reaches the API server through the
+// ambassador), and admits the namespace `monitoring` alone, to the metrics
+// port alone: no other pod can reach /metrics, /healthz or /readyz.
+func TestMonitoringComponentAdmitsOnlyTheScraperToTheMetricsPort(t *testing.T) {
+	objs := render(t, "testdata/monitoring")
+	_, _, podLabels := controllerDeployment(objs)
+	np := find(t, objs, "NetworkPolicy", "config-watcher-metrics")
+	assert.True(t, selects(dig(np, "spec", "podSelector"), podLabels), "the NetworkPolicy selects the controller's pods")
+	assert.Equal(t, []string{"Ingress"}, strs(list(np, "spec", "policyTypes")))
+
+	rules := list(np, "spec", "ingress")
+	require.Len(t, rules, 1, "one rule: the scraper's")
+	from := list(rules[0], "from")
+	require.Len(t, from, 1, "one peer: the scraper's namespace")
+	assert.Equal(t, map[string]any{"namespaceSelector": map[string]any{
+		"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"},
+	}}, from[0], "the namespace `monitoring` by its name label, no other peer (an ipBlock, every namespace)")
+
+	ports := list(rules[0], "ports")
+	require.Len(t, ports, 1, "one port: the metrics port")
+	svc := find(t, objs, "Service", "config-watcher-metrics")
+	metricsPort := str(list(svc, "spec", "ports")[0], "targetPort")
+	assert.Equal(t, metricsPort, str(ports[0], "port"), "the port the metrics Service targets")
+	assert.Equal(t, "TCP", str(ports[0], "protocol"))
+}
