@@ -22,6 +22,7 @@ import (
 const repoRoot = "../.."
 
 type workflow struct {
+	RunName     string            `yaml:"run-name"`
 	On          map[string]any    `yaml:"on"`
 	Permissions any               `yaml:"permissions"`
 	Jobs        map[string]job    `yaml:"jobs"`
@@ -31,6 +32,7 @@ type workflow struct {
 type job struct {
 	If          string `yaml:"if"`
 	RunsOn      any    `yaml:"runs-on"`
+	Environment any    `yaml:"environment"`
 	Permissions any    `yaml:"permissions"`
 	Steps       []step `yaml:"steps"`
 }
@@ -209,10 +211,39 @@ func readWorkflow(t *testing.T, name string) workflow {
 }
 
 // selfHosted reports whether a job's runs-on asks for a self-hosted runner.
-func selfHosted(j job) bool { return strings.Contains(fmt.Sprint(j.RunsOn), "self-hosted") }
+func selfHosted(j job) bool { return slices.Contains(labels(j), "self-hosted") }
+
+// labels returns the runner labels a job's runs-on asks for.
+func labels(j job) []string {
+	switch r := j.RunsOn.(type) {
+	case string:
+		return []string{r}
+	case []any:
+		var out []string
+		for _, l := range r {
+			out = append(out, fmt.Sprint(l))
+		}
+		return out
+	}
+	return nil
+}
+
+const (
+	// nodeEnvironment is the GitHub environment whose required reviewers
+	// approve each run of the self-hosted job.
+	nodeEnvironment = "node-e2e"
+	// ephemeralLabel is carried only by runners that take one job and are
+	// discarded with their machine (CONTRIBUTING.md, "CI").
+	ephemeralLabel = "ephemeral"
+	// approvedCommit is the one ref the self-hosted job may check out: a
+	// pull request's head by hash, as the labelled event saw it (the run's
+	// name shows it to the reviewer), else the pushed or dispatched commit.
+	approvedCommit = "${{ github.event.pull_request.head.sha || github.sha }}"
+)
 
 // rootJobProblems lists how a workflow lets a pull request's code or
-// workflow run on a self-hosted runner (as root) without a maintainer.
+// workflow run on a self-hosted runner (as root) without a maintainer, or
+// on a runner that outlives the job.
 func rootJobProblems(wf workflow) []string {
 	var bad []string
 	for name, j := range wf.Jobs {
@@ -228,14 +259,76 @@ func rootJobProblems(wf workflow) []string {
 		if !strings.Contains(j.If, "vars.CW_SELF_HOSTED_NODE == 'true'") {
 			bad = append(bad, "job "+name+": runs without CW_SELF_HOSTED_NODE")
 		}
+		if j.Environment != nodeEnvironment {
+			bad = append(bad, fmt.Sprintf("job %s: environment %v, not %s: no reviewer approves the run", name, j.Environment, nodeEnvironment))
+		}
+		if !slices.Contains(labels(j), ephemeralLabel) {
+			bad = append(bad, fmt.Sprintf("job %s: runs-on %v lacks %q: a runner that outlives the job could take it", name, labels(j), ephemeralLabel))
+		}
+		if !strings.Contains(wf.RunName, "github.event.pull_request.head.sha") {
+			bad = append(bad, "job "+name+": the run's name does not show the reviewer the commit they approve")
+		}
+		for _, s := range j.Steps {
+			if strings.HasPrefix(s.Uses, "actions/checkout@") && s.With["ref"] != approvedCommit {
+				bad = append(bad, fmt.Sprintf("job %s: checks out %q, not %s", name, s.With["ref"], approvedCommit))
+			}
+		}
 	}
 	return bad
+}
+
+// goCacheProblems lists the setup-go steps that restore or save a Go
+// cache: a cache another workflow's run wrote (main's, by any pull request
+// merged or tested) would feed the build of a signed release or a root job.
+func goCacheProblems(wf workflow) []string {
+	var bad []string
+	for name, j := range wf.Jobs {
+		for _, s := range j.Steps {
+			if strings.HasPrefix(s.Uses, "actions/setup-go@") && s.With["cache"] != "false" {
+				bad = append(bad, fmt.Sprintf("job %s: setup-go without cache: false", name))
+			}
+		}
+	}
+	return bad
+}
+
+// TestReleaseAndNodeJobsRestoreNoGoCache ensures every setup-go of
+// release.yml and node.yml sets cache: false, and that the check sees a
+// step that does not.
+func TestReleaseAndNodeJobsRestoreNoGoCache(t *testing.T) {
+	for _, name := range []string{"release.yml", "node.yml"} {
+		wf := readWorkflow(t, name)
+		assert.Empty(t, goCacheProblems(wf), name)
+		for jobName, j := range wf.Jobs {
+			for i, s := range j.Steps {
+				if strings.HasPrefix(s.Uses, "actions/setup-go@") {
+					broken := readWorkflow(t, name)
+					delete(broken.Jobs[jobName].Steps[i].With, "cache")
+					assert.NotEmpty(t, goCacheProblems(broken), "%s: job %s's setup-go with the default cache", name, jobName)
+				}
+			}
+		}
+	}
+}
+
+// TestContributingSaysHowToRegisterAnEphemeralRunner ensures CONTRIBUTING.md
+// names the label and the environment node.yml asks for, and both ways to
+// register a runner that takes one job: --ephemeral and a just-in-time
+// configuration.
+func TestContributingSaysHowToRegisterAnEphemeralRunner(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "CONTRIBUTING.md"))
+	require.NoError(t, err)
+	for _, want := range []string{"`" + ephemeralLabel + "`", "`" + nodeEnvironment + "`", "--ephemeral", "generate-jitconfig", "--jitconfig"} {
+		assert.True(t, strings.Contains(string(doc), want), "CONTRIBUTING.md does not say %s", want)
+	}
 }
 
 // TestNodeJobNeverRunsAPullRequestsWorkflow ensures the self-hosted, root
 // e2e-node job runs for a push to main, a manual run, or a pull request a
 // maintainer labelled (this file as main has it), never from a workflow a
-// pull request triggers; and that the check sees each way of breaking that.
+// pull request triggers; that each run waits for a reviewer of the
+// environment node-e2e, tests the commit its name shows by hash, on a runner
+// labelled ephemeral; and that the check sees each way of breaking that.
 func TestNodeJobNeverRunsAPullRequestsWorkflow(t *testing.T) {
 	found := 0
 	for _, name := range []string{"ci.yml", "node.yml", "release.yml"} {
@@ -259,6 +352,23 @@ func TestNodeJobNeverRunsAPullRequestsWorkflow(t *testing.T) {
 	j.If = "vars.CW_SELF_HOSTED_NODE == 'true'"
 	broken.Jobs["e2e-node"] = j
 	assert.NotEmpty(t, rootJobProblems(broken), "no label required")
+	for _, tc := range []struct {
+		name   string
+		mutate func(wf *workflow, j *job)
+	}{
+		{"no environment", func(_ *workflow, j *job) { j.Environment = nil }},
+		{"a persistent runner", func(_ *workflow, j *job) { j.RunsOn = []any{"self-hosted", "linux", "cgroup-v1"} }},
+		{"the pull request's branch", func(_ *workflow, j *job) {
+			j.Steps[0].With["ref"] = "${{ github.event.pull_request.head.ref || github.sha }}"
+		}},
+		{"a run name without the commit", func(wf *workflow, _ *job) { wf.RunName = "node e2e" }},
+	} {
+		broken := readWorkflow(t, "node.yml")
+		j := broken.Jobs["e2e-node"]
+		tc.mutate(&broken, &j)
+		broken.Jobs["e2e-node"] = j
+		assert.NotEmpty(t, rootJobProblems(broken), tc.name)
+	}
 }
 
 // permissions returns the write scopes of p (a map of scope → level, or a
