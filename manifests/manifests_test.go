@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"testing"
@@ -263,6 +264,30 @@ var violations = []violation{
 		setFlag(t, a, "--accept-paths", paths+`,^/api/v1/namespaces/[^/]+/secrets/[^/]+$`)
 		return o
 	}},
+	{"ProxyAcceptsAPathNeverRequested", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", paths+`,^/apis/apps/v1/namespaces/[^/]+/deployments$`)
+		return o
+	}},
+	{"ProxyAcceptsABranchNeverRequested", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", strings.Replace(paths, `(secrets|events)`, `(secrets|events|services)`, 1))
+		return o
+	}},
+	{"NamespacedProxyAcceptsClusterCollections", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", paths+`,^/api/v1/(configmaps|secrets|namespaces)$`)
+		return o
+	}},
+	{"ClusterWideProxyMissesTheClusterCollections", "cluster-wide", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
+		a := container(t, o, "ambassador")
+		paths, _ := flag(a, "--accept-paths")
+		setFlag(t, a, "--accept-paths", strings.Replace(paths, `,^/api/v1/(configmaps|secrets|namespaces)$`, "", 1))
+		return o
+	}},
 	{"ProxyMissesTheLease", ".", "AmbassadorAcceptsOnlyTheControllersPaths", func(t *testing.T, o []obj) []obj {
 		a := container(t, o, "ambassador")
 		paths, _ := flag(a, "--accept-paths")
@@ -409,7 +434,7 @@ var violations = []violation{
 // TestChecksCatchViolations ensures each check reports a manifest broken in the way it
 // guards against: a check that cannot fail is no check.
 func TestChecksCatchViolations(t *testing.T) {
-	rendered := map[string][]obj{".": render(t, "."), "demo": render(t, "demo")}
+	rendered := map[string][]obj{".": render(t, "."), "demo": render(t, "demo"), "cluster-wide": render(t, "cluster-wide")}
 	checks := map[string]check{}
 	for _, c := range append(slices.Clone(baseChecks), demoChecks...) {
 		checks[c.name] = c
@@ -659,17 +684,17 @@ func checkAmbassadorLoopback(objs []obj) []string {
 	return bad
 }
 
-// controllerPaths are the paths of every request the controller makes, as
-// apiclient builds them: the ambassador must let each through.
+// controllerPaths are the paths of every request the controller makes in
+// the namespaces it watches, as apiclient builds them: the ambassador must
+// let each through, and every branch of its --accept-paths must be one of them.
 var controllerPaths = []string{
-	apiclient.CorePath("team-a", "configmaps", ""), apiclient.CoreClusterPath("configmaps"),
+	apiclient.CorePath("team-a", "configmaps", ""),
 	apiclient.CorePath("team-a", "configmaps", "webapp-config"),                     // the record (PATCH)
 	apiclient.CorePath("team-a", "configmaps", "config-watcher-secret.credentials"), // a Secret's state
-	apiclient.CorePath("team-a", "secrets", ""), apiclient.CoreClusterPath("secrets"),
+	apiclient.CorePath("team-a", "secrets", ""),
 	apiclient.CorePath("team-a", "pods", ""), apiclient.CorePath("team-a", "pods", "webapp-7466656dc8-x2x9z"),
 	apiclient.CorePath("team-a", "pods", "webapp-7466656dc8-x2x9z") + "/eviction",
 	apiclient.CorePath("team-a", "events", ""),
-	apiclient.CoreClusterPath("namespaces"), // NAMESPACE_SELECTOR
 	apiclient.GroupPath("apps", "v1", "team-a", "replicasets", "webapp-7466656dc8") + "/scale",
 	apiclient.GroupPath("apps", "v1", "team-a", "statefulsets", "db") + "/scale",
 	apiclient.CorePath("team-a", "replicationcontrollers", "legacy") + "/scale",
@@ -678,6 +703,14 @@ var controllerPaths = []string{
 	apiclient.GroupPath("coordination.k8s.io", "v1", "team-a", "leases", ""),
 	apiclient.GroupPath("coordination.k8s.io", "v1", "team-a", "leases", "config-watcher"),
 	"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", // WATCH_SECRETS: what the token may read
+}
+
+// clusterPaths are the collections the controller lists and watches across
+// namespaces, with WATCH_NAMESPACE="*" only (the cluster-wide overlay): every
+// other build's ambassador must refuse them.
+var clusterPaths = []string{
+	apiclient.CoreClusterPath("configmaps"), apiclient.CoreClusterPath("secrets"),
+	apiclient.CoreClusterPath("namespaces"), // NAMESPACE_SELECTOR
 }
 
 // refusedPaths are what the token may reach but the controller never asks:
@@ -690,11 +723,64 @@ var refusedPaths = []string{
 	"/api/v1/namespaces/team-a", "/api/v1/nodes", "/api/v1/namespaces/team-a/serviceaccounts/default/token",
 	"/apis/apps/v1/namespaces/team-a/deployments/webapp", "/apis/apps/v1/namespaces/team-a/replicasets/webapp-1",
 	"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "/api/v1/namespaces/team-a/configmaps/a/b",
-	"/metrics", "/openapi/v2",
+	"/metrics", "/openapi/v2", "/version",
 }
 
+// choices returns re with each of its choice points settled one way: each
+// alternative of an alternation, an optional part present and absent. A
+// branch of --accept-paths no request of the controller takes is a path it
+// passes for nothing.
+func choices(re *syntax.Regexp) []*syntax.Regexp {
+	var out []*syntax.Regexp
+	for i, sub := range re.Sub {
+		for _, v := range choices(sub) {
+			c := *re
+			c.Sub = slices.Clone(re.Sub)
+			c.Sub[i] = v
+			out = append(out, &c)
+		}
+	}
+	switch re.Op {
+	case syntax.OpAlternate:
+		out = append(out, re.Sub...)
+	case syntax.OpQuest:
+		out = append(out, re.Sub[0], &syntax.Regexp{Op: syntax.OpEmptyMatch})
+	}
+	return out
+}
+
+// unusedBranch returns the first branch of the accept-paths regexp expr
+// that no path of want matches, "" if each is taken.
+func unusedBranch(expr string, want []string) (string, error) {
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return "", err
+	}
+	for _, b := range append(choices(parsed), parsed) {
+		re, err := regexp.Compile(b.String())
+		if err != nil {
+			return "", err
+		}
+		if !slices.ContainsFunc(want, re.MatchString) {
+			return b.String(), nil
+		}
+	}
+	return "", nil
+}
+
+// checkAmbassadorPaths: the ambassador passes each path the controller
+// requests in this build (the cluster-scope collections only where it watches
+// every namespace) and nothing else: each branch of each --accept-paths
+// regexp is taken by one of those requests, and the paths it must never
+// reach are refused.
 func checkAmbassadorPaths(objs []obj) []string {
 	var bad []string
+	want, refuse := controllerPaths, append(slices.Clone(refusedPaths), clusterPaths...)
+	for _, c := range containers(objs) {
+		if isController(c.c) && env(c.c, "WATCH_NAMESPACE") == "*" {
+			want, refuse = append(slices.Clone(controllerPaths), clusterPaths...), refusedPaths
+		}
+	}
 	for _, c := range containers(objs) {
 		if !isProxy(c.c) {
 			continue
@@ -716,12 +802,20 @@ func checkAmbassadorPaths(objs []obj) []string {
 		accepted := func(path string) bool {
 			return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(path) })
 		}
-		for _, p := range controllerPaths {
+		for _, p := range want {
 			if !accepted(p) {
 				bad = append(bad, fmt.Sprintf("%s: --accept-paths refuses %s, which the controller requests", c.where, p))
 			}
 		}
-		for _, p := range refusedPaths {
+		for _, re := range res {
+			switch branch, err := unusedBranch(re.String(), want); {
+			case err != nil:
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths %s: %v", c.where, re, err))
+			case branch != "":
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths %s admits %s, which no request of the controller takes", c.where, re, branch))
+			}
+		}
+		for _, p := range refuse {
 			if accepted(p) {
 				bad = append(bad, fmt.Sprintf("%s: --accept-paths admits %s, which the controller never requests", c.where, p))
 			}
