@@ -20,8 +20,9 @@ E2E_FLAGS ?= -count=1 -v -timeout 45m
 # make e2e-node: the node tests to run (a go test -run pattern), e.g. E2E_NODE_RUN=TestNodeWaves.
 E2E_NODE_RUN ?= TestNode
 FUZZ_TIME ?= 30s
-# make uninstall: the namespace config-watcher runs in.
+# make uninstall: the namespace config-watcher runs in; YES=1 removes without asking.
 NAMESPACE ?= default
+YES       ?=
 # make release: the version to build, and the image repository the install files name.
 VERSION   ?=
 IMAGE     ?= ghcr.io/k8spatterns/config-watcher
@@ -71,8 +72,8 @@ clean: ## remove build output (not the cached control plane)
 	rm -rf bin dist
 
 ##@ your cluster (the current kubeconfig's)
-uninstall: ## remove config-watcher and all it left from the cluster of your kubeconfig: stops it first, then its Lease, annotations, state, Events, objects (NAMESPACE=default: the controller's)
-	NAMESPACE=$(NAMESPACE) bash hack/uninstall.sh
+uninstall: ## remove one config-watcher install and what it wrote, nothing of another's, from the cluster of your kubeconfig: lists it and asks (YES=1: does not), stops it, then its Lease, annotations, state, Events, objects (NAMESPACE=default: the controller's)
+	NAMESPACE=$(NAMESPACE) YES=$(YES) bash hack/uninstall.sh
 
 ##@ release
 release: ## dist/ for VERSION=vX.Y.Z [IMAGE=repo]: both platforms' images, install.yaml by digest, SBOM, SHA256SUMS (docs/deployment.md)

@@ -71,7 +71,7 @@ func TestUninstallLeavesNothing(t *testing.T) {
 
 	started := time.Now()
 	uninstall := exec.Command("bash", filepath.Join(repoRoot, "hack", "uninstall.sh"), ns)
-	uninstall.Env = append(os.Environ(), "KUBECTL="+env.kubectl, "KUBECONFIG="+env.kubeconfig)
+	uninstall.Env = append(os.Environ(), "KUBECTL="+env.kubectl, "KUBECONFIG="+env.kubeconfig, "YES=1") // no one to ask
 	var out bytes.Buffer
 	uninstall.Stdout, uninstall.Stderr = &out, &out
 	require.NoError(t, uninstall.Start())
