@@ -30,17 +30,22 @@ type workflow struct {
 }
 
 type job struct {
-	If          string `yaml:"if"`
-	RunsOn      any    `yaml:"runs-on"`
-	Environment any    `yaml:"environment"`
-	Permissions any    `yaml:"permissions"`
-	Steps       []step `yaml:"steps"`
+	If          string            `yaml:"if"`
+	Needs       any               `yaml:"needs"`
+	RunsOn      any               `yaml:"runs-on"`
+	Environment any               `yaml:"environment"`
+	Permissions any               `yaml:"permissions"`
+	Env         map[string]string `yaml:"env"`
+	Outputs     map[string]string `yaml:"outputs"`
+	Steps       []step            `yaml:"steps"`
 }
 
 type step struct {
+	ID   string            `yaml:"id"`
 	Uses string            `yaml:"uses"`
 	Run  string            `yaml:"run"`
 	With map[string]string `yaml:"with"`
+	Env  map[string]string `yaml:"env"`
 }
 
 var (
@@ -51,6 +56,11 @@ var (
 	pinnedUses = regexp.MustCompile(`^[\w.-]+/[\w./-]+@[0-9a-f]{40}$`)
 	usesLine   = regexp.MustCompile(`(?m)^\s*(?:- )?uses:\s*(\S+)(.*)$`)
 	goRun      = regexp.MustCompile(`go run ([\w./-]+)@(v[\w.-]+)`)
+	// A build runs code of the repository or of a module: a make target, the go
+	// command building or running code, or a script.
+	buildCommand = regexp.MustCompile(`\bmake [a-z0-9-]+|\bgo (?:run|build|install|generate|test)\b|[\w./-]+\.sh\b`)
+	// craneRelease is the prebuilt crane of a go-containerregistry release.
+	craneRelease = regexp.MustCompile(`go-containerregistry/releases/download/(v[\w.-]+)/go-containerregistry_Linux_x86_64\.tar\.gz`)
 )
 
 // distFiles is what hack/release.sh writes into dist/.
@@ -129,6 +139,11 @@ func workflowProblems(t *testing.T, data []byte, targets []string) []string {
 				bad = append(bad, fmt.Sprintf("%s@%s: the release tests use go-containerregistry %s", m[1], m[2], moduleVersion("github.com/google/go-containerregistry")))
 			}
 		}
+		for _, m := range craneRelease.FindAllStringSubmatch(text, -1) {
+			if m[1] != moduleVersion("github.com/google/go-containerregistry") {
+				bad = append(bad, fmt.Sprintf("crane of go-containerregistry %s: the release tests use %s", m[1], moduleVersion("github.com/google/go-containerregistry")))
+			}
+		}
 	}
 	slices.Sort(bad)
 	return bad
@@ -163,6 +178,7 @@ func TestWorkflowProblemsAreFound(t *testing.T) {
 		{"CommitWithoutItsVersion", "uses: actions/setup-go@40f1582b2485089dde7abd97c1529aa768e1baff", "no version comment"},
 		{"CheckoutKeepsCredentials", "uses: actions/checkout@11d5960a326750d5838078e36cf38b85af677262 # v4.4.0", "persist-credentials: false"},
 		{"OtherCrane", "run: go run github.com/google/go-containerregistry/cmd/crane@v0.1.0 push", "github.com/google/go-containerregistry/cmd/crane@v0.1.0"},
+		{"OtherPrebuiltCrane", "run: curl -O https://github.com/google/go-containerregistry/releases/download/v0.1.0/go-containerregistry_Linux_x86_64.tar.gz", "crane of go-containerregistry v0.1.0"},
 	}
 	targets := makeTargets(t)
 	for _, tt := range tests {
@@ -196,7 +212,7 @@ func TestReleaseBuildsWithTheDockerfilesGo(t *testing.T) {
 	}
 	require.NotEmpty(t, versions)
 	for _, v := range versions {
-		assert.Equal(t, string(m[1]), v, "every job of release.yml (the build, and the publish's crane)")
+		assert.Equal(t, string(m[1]), v, "every job of release.yml that sets up Go")
 	}
 }
 
@@ -391,10 +407,36 @@ func writes(p any) []string {
 	return out
 }
 
+// builds returns what in a job builds or runs code of the repository or of a
+// module: a make target, go run (or build, install, generate, test), a
+// script, in a step or in an environment variable a step expands; and a
+// checkout, which puts the repository's code on disk to be run.
+func builds(j job) []string {
+	var texts []string
+	for _, v := range j.Env {
+		texts = append(texts, v)
+	}
+	var out []string
+	for _, s := range j.Steps {
+		texts = append(texts, s.Run)
+		for _, v := range s.Env {
+			texts = append(texts, v)
+		}
+		if strings.HasPrefix(s.Uses, "actions/checkout@") {
+			out = append(out, "a checkout")
+		}
+	}
+	for _, text := range texts {
+		out = append(out, buildCommand.FindAllString(text, -1)...)
+	}
+	return out
+}
+
 // TestReleaseSplitsBuildFromPublish ensures release.yml grants nothing at the
 // top, builds in a job that may write nothing, and holds contents, packages
-// and id-token write in one job that builds nothing (no make, no checkout
-// of code it runs) and installs a pinned cosign.
+// and id-token write in one job that builds nothing (no make, go run or
+// script, no checkout) and installs a pinned cosign; and that the check
+// counts go run and a script as builds.
 func TestReleaseSplitsBuildFromPublish(t *testing.T) {
 	wf := readWorkflow(t, "release.yml")
 	assert.Empty(t, writes(wf.Permissions), "no permission for every job")
@@ -404,15 +446,11 @@ func TestReleaseSplitsBuildFromPublish(t *testing.T) {
 		if j.Permissions == nil {
 			w = []string{"(the defaults)"}
 		}
-		builds := false
-		for _, s := range j.Steps {
-			builds = builds || makeTarget.MatchString(s.Run)
-		}
 		switch {
 		case len(w) == 0:
 			continue
-		case builds:
-			assert.Failf(t, "a build job may write", "job %s runs make with %v", name, w)
+		case len(builds(j)) > 0:
+			assert.Failf(t, "a build job may write", "job %s builds (%v) with %v", name, builds(j), w)
 		}
 		writers = append(writers, name)
 		assert.Equal(t, []string{"contents", "id-token", "packages"}, w, "job %s", name)
@@ -425,6 +463,83 @@ func TestReleaseSplitsBuildFromPublish(t *testing.T) {
 		assert.Regexp(t, `^v\d+\.\d+\.\d+$`, cosign, "job %s: cosign-installer without a pinned cosign-release", name)
 	}
 	assert.Equal(t, []string{"publish"}, writers, "one job holds the write permissions")
+
+	for _, run := range []string{
+		"go run github.com/google/go-containerregistry/cmd/crane@v0.22.1 push",
+		"bash hack/changelog.sh v1", "./hack/anything.sh", "make release",
+	} {
+		assert.NotEmpty(t, builds(job{Steps: []step{{Run: run}}}), "%q is a build", run)
+		assert.NotEmpty(t, builds(job{Env: map[string]string{"TOOL": run}, Steps: []step{{Run: "$TOOL"}}}), "%q in an environment variable is a build", run)
+	}
+	assert.Empty(t, builds(job{Steps: []step{{Run: "tools/crane push --index bin/oci x"}, {Uses: "actions/download-artifact@x"}}}))
+}
+
+// TestReleasePublishesWithACheckedPrebuiltCrane ensures crane comes
+// prebuilt, from the go-containerregistry release the release tests use,
+// checked against a pinned checksum in a job that holds no permission and
+// checks out nothing, and that the publish job checks the binary against
+// that job's output before it runs it: no build of crane where the write
+// permissions are, and no binary another job could have swapped.
+func TestReleasePublishesWithACheckedPrebuiltCrane(t *testing.T) {
+	wf := readWorkflow(t, "release.yml")
+	var fetcher string
+	for name, j := range wf.Jobs {
+		for _, s := range j.Steps {
+			if !craneRelease.MatchString(s.Run) {
+				continue
+			}
+			fetcher = name
+			assert.NotNil(t, j.Permissions, "job %s: the default permissions", name)
+			assert.Empty(t, writes(j.Permissions), "job %s downloads crane with write permissions", name)
+			assert.Empty(t, builds(j), "job %s builds", name)
+			assert.Regexp(t, `echo "[0-9a-f]{64}  crane\.tar\.gz" \| sha256sum -c -`, s.Run, "job %s: the tarball against a pinned checksum", name)
+			assert.Contains(t, s.Run, "$GITHUB_OUTPUT", "job %s: the binary's hash as its output", name)
+			assert.Equal(t, "${{ steps."+s.ID+".outputs.sha256 }}", j.Outputs["sha256"], "job %s outputs the hash", name)
+		}
+	}
+	require.NotEmpty(t, fetcher, "no job downloads crane prebuilt")
+	require.NotEqual(t, "publish", fetcher)
+
+	publish := wf.Jobs["publish"]
+	assert.Contains(t, fmt.Sprint(publish.Needs), fetcher)
+	checked := false
+	for _, s := range publish.Steps {
+		if s.Env["CRANE_SHA256"] == "${{ needs."+fetcher+".outputs.sha256 }}" && strings.Contains(s.Run, `sha256sum -c -`) {
+			checked = true
+		}
+		if strings.Contains(s.Run, "tools/crane ") && !strings.Contains(s.Run, "sha256sum") {
+			assert.True(t, checked, "publish runs crane before it checks the binary")
+		}
+	}
+	assert.True(t, checked, "publish never checks crane against the hash of job %s", fetcher)
+}
+
+// TestReleaseVerifiesTheAmbassadorsSignatureBeforePinning ensures the build
+// job pins the ambassador's digest only after cosign (pinned) verified that
+// digest's signature, with the identity and issuer of Kubernetes' release
+// process, not just any signature.
+func TestReleaseVerifiesTheAmbassadorsSignatureBeforePinning(t *testing.T) {
+	build := readWorkflow(t, "release.yml").Jobs["build"]
+	cosign := false
+	for _, s := range build.Steps {
+		if strings.HasPrefix(s.Uses, "sigstore/cosign-installer@") {
+			assert.Regexp(t, `^v\d+\.\d+\.\d+$`, s.With["cosign-release"], "a pinned cosign")
+			cosign = true
+		}
+		pin := strings.Index(s.Run, "AMBASSADOR_DIGEST=")
+		if pin < 0 {
+			continue
+		}
+		require.True(t, cosign, "the digest is pinned before cosign is installed")
+		verify := regexp.MustCompile(`cosign verify "registry\.k8s\.io/kubectl@\$digest" \\\s+` +
+			`--certificate-identity krel-trust@k8s-releng-prod\.iam\.gserviceaccount\.com \\\s+` +
+			`--certificate-oidc-issuer https://accounts\.google\.com\b`).FindStringIndex(s.Run)
+		require.NotNil(t, verify, "no cosign verify of the digest with Kubernetes' release identity in the step that pins it:\n%s", s.Run)
+		assert.Less(t, verify[0], pin, "the digest is pinned before its signature is verified")
+		assert.Contains(t, s.Run, `AMBASSADOR_DIGEST=$digest`, "the digest pinned is the one verified")
+		return
+	}
+	t.Fatal("the build job pins no AMBASSADOR_DIGEST")
 }
 
 // TestReleasePinsTheAmbassadorByDigest ensures the release's build job
