@@ -119,7 +119,7 @@ func fakeKubectl(state string, args []string) int {
 				if o["kind"] != kind || (name != "" && nameOf(o) != name) {
 					continue
 				}
-				if !cluster && flags["-A"] == "" && str(o, "metadata", "namespace") != cmp(flags["-n"], "default") {
+				if !cluster && flags["-A"] == "" && str(o, "metadata", "namespace") != orDefault(flags["-n"], "default") {
 					continue
 				}
 				if !matches(o, flags["-l"], "metadata", "labels") || !matches(o, flags["--field-selector"]) {
@@ -233,7 +233,7 @@ func fakeKubectl(state string, args []string) int {
 	return 1
 }
 
-func cmp(v, fallback string) string {
+func orDefault(v, fallback string) string {
 	if v == "" {
 		return fallback
 	}
