@@ -280,6 +280,43 @@ func TestKeyLevelRestartsOnlyReadersOfChangedKeys(t *testing.T) {
 	}
 }
 
+// TestResumedIntentRestartsThePodsItNames ensures a resumed round restarts
+// the pods its intent names, and no other reader, whether its round was
+// narrowed to the keys that changed (as the previous version wrote it) or
+// began over mixed pods, every reader named: the intent holds its round's
+// narrowing, and resuming narrows no further.
+func TestResumedIntentRestartsThePodsItNames(t *testing.T) {
+	recorded := map[string]string{"a": "1", "b": "1"}
+	for _, tt := range []struct {
+		name  string
+		data  map[string]string
+		named []string
+	}{
+		// R -> D changed a: the round took the readers of a, and had
+		// restarted whole (its replacement is not named) when it was cut.
+		{"NarrowedRound", map[string]string{"a": "2", "b": "1"}, []string{"reads-a"}},
+		// A fix that set a back to R's value, over pods a halted round
+		// had left on a=2: every reader, though against R nothing changed.
+		{"MixedRound", recorded, []string{"reads-a", "reads-b", "whole"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api, c := keyController(t)
+			var pods []podRef
+			for _, name := range tt.named {
+				pods = append(pods, podRef{uid: "uid-" + name})
+			}
+			s := referencing(t, "true", recorded, tt.data)
+			s.annotations[RestartedForKeysAnnotation] = keysOf(t, recorded)
+			d, ok := parseDigest(hashOf(t, tt.data))
+			require.True(t, ok)
+			s.intent = newIntent(d, pods).text // the previous version's writer, unchanged
+			handle(t, c, watch.Modified, s)
+			settle(t, c)
+			assert.ElementsMatch(t, tt.named, api.deletedPods())
+		})
+	}
+}
+
 // keyController is a started controller over keyPods("configMap", "env").
 func keyController(t *testing.T) (*fakeAPI, *Controller) {
 	api := newFakeAPI(t, keyPods("configMap", "env")...)

@@ -263,7 +263,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		c.narrow(sel, obj, recordedKeys)
+		if !left.present() {
+			c.narrow(sel, obj, recordedKeys)
+		}
 		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
