@@ -424,8 +424,13 @@ const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 func (c *Controller) writeIntentText(ctx context.Context, key string, obj object, r *round, in intent) error {
 	return c.writeState(ctx, key, obj, r, stateWrite{intent: &in}, func(e *entry) {
 		e.i = in
-		if e.obj.hash != in.hash {
+		switch {
+		case e.obj.hash != in.hash:
 			e.outdated = in.text // the data moved on while we wrote
+		case e.outdated == in.text:
+			// The same text as an intent seen outdated before (the same
+			// data over the same pods): this one is not, yet.
+			e.outdated = ""
 		}
 		if e.round == r {
 			e.ourIntent = in.text
@@ -470,10 +475,24 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 
 // record writes R = obj.hash (and its key digests, obj.keys) and removes I
 // and the halt, ending round r (nil for an adoption) unless r is no longer
-// the current one.
+// the current one. A round that saw the data change while it ran leaves
+// mixedIntent for I instead.
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
-	return c.writeState(ctx, key, obj, r, stateWrite{record: true}, func(e *entry) {
-		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
+	w := stateWrite{record: true}
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil && r != nil {
+		w.mixed = e.sawOtherData(r)
+	}
+	c.mu.Unlock()
+	if w.mixed {
+		c.log.Info("the data changed while the round ran: its replacements may run other data, and the next round restarts every pod",
+			"namespace", obj.namespace, obj.kind.logKey(), obj.name)
+	}
+	return c.writeState(ctx, key, obj, r, w, func(e *entry) {
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, w.leaves(), false
+		if w.mixed {
+			c.queue.Add(key) // the next round is due (its storm gate permitting)
+		}
 		if r != nil && e.round == r {
 			e.round, e.ended, e.ourIntent = nil, false, ""
 			if !c.cfg.DryRun {
@@ -494,13 +513,22 @@ func (c *Controller) writeHalt(ctx context.Context, key string, obj object, r *r
 }
 
 // stateWrite is one write of the state: a record (R = the data, removing I
-// and the halt), an intent (removing the halt), a halt, or an undo
-// (removing I and the halt).
+// and the halt, or with mixed leaving mixedIntent for I), an intent
+// (removing the halt), a halt, or an undo (removing I and the halt).
 type stateWrite struct {
 	record bool
+	mixed  bool
 	intent *intent
 	halt   *halt
 	undo   bool
+}
+
+// leaves is the intent a record leaves.
+func (w stateWrite) leaves() intent {
+	if w.mixed {
+		return mixedIntent
+	}
+	return intent{}
 }
 
 // annotations returns the write as a merge patch of annotations, for data
@@ -509,7 +537,7 @@ type stateWrite struct {
 func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[string]any {
 	switch {
 	case w.record:
-		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: orNil(w.leaves().text), HaltedAnnotation: nil}
 		if keys != "" || had {
 			a[RestartedForKeysAnnotation] = orNil(string(keys))
 		}
@@ -526,7 +554,7 @@ func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[stri
 func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 	switch {
 	case w.record:
-		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, intent{}, halt{}
+		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, w.leaves(), halt{}
 	case w.intent != nil:
 		st.intent, st.halted = *w.intent, halt{}
 	case w.undo:
