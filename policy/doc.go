@@ -41,7 +41,7 @@
 //	                                        reconcile, record); Lead's endTerm
 //	                                        once every worker has returned
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
-//	storm
+//	storm, overMixed
 //	round.pods, resumed, sent, progress,    the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, lists, swept, listOnly,
@@ -79,7 +79,8 @@
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
 //	an intent superseded        writeIntent: removed if the round restarted
-//	                            nothing yet
+//	                            nothing yet (mixed/* if it began over mixed
+//	                            pods: undoIntent)
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at

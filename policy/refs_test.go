@@ -3,6 +3,7 @@ package policy
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,6 +316,43 @@ func TestResumedIntentRestartsThePodsItNames(t *testing.T) {
 			assert.ElementsMatch(t, tt.named, api.deletedPods())
 		})
 	}
+}
+
+// TestSupersededRoundOverMixedPodsKeepsThemMixed ensures a round begun over
+// pods an earlier round left mixed, superseded before its first restart,
+// leaves an intent that says so (mixed/*), not none: the next round still
+// restarts every reader. The round for {a:2} left reads-a-r on a=2; the fix sets a
+// back, and is itself changed (b) while its intent is written.
+func TestSupersededRoundOverMixedPodsKeepsThemMixed(t *testing.T) {
+	recorded := map[string]string{"a": "1", "b": "1"}
+	interrupted := map[string]string{"a": "2", "b": "1"}
+	fix, fixed := recorded, map[string]string{"a": "1", "b": "2"}
+	pod := func(name, spec string) *fakePod {
+		return &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"app": name}, spec: spec}
+	}
+	api := newFakeAPI(t, pod("reads-a-r", keyRef("configMap", "env", "a")), pod("reads-b", keyRef("configMap", "env", "b")))
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	spec := func(data map[string]string) cmSpec {
+		s := referencing(t, "true", recorded, data)
+		s.annotations[RestartedForKeysAnnotation] = keysOf(t, recorded)
+		s.intent = hashOf(t, interrupted) + "/uid-reads-a"
+		return s
+	}
+	var patches atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch && patches.Add(1) == 1 {
+			handle(t, c, watch.Modified, spec(fixed)) // while the fix's intent is written
+		}
+		return 0, "", false
+	}
+	handle(t, c, watch.Modified, spec(fix))
+	settle(t, c)
+
+	assert.Contains(t, api.deletedPods(), "reads-a-r", "it runs a=2; the data's a is 1")
+	intents := api.intents()
+	require.GreaterOrEqual(t, len(intents), 2)
+	assert.Equal(t, mixedIntent.text, intents[1], "the superseded round's undo")
 }
 
 // keyController is a started controller over keyPods("configMap", "env").
