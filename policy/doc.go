@@ -27,9 +27,9 @@
 //
 //	state                                   owner, and how others reach it
 //	Controller.entries, states, tombstones  c.mu: handlers write views
-//	entry.obj, r, i, outdated, adopted,     (apply, the one judge of our writes
-//	written, writing, ourIntent, ended      against others', which returns a
-//	                                        verdict and sets ended); workers
+//	entry.obj, r, i, outdated, sawOther,    (apply, the one judge of our writes
+//	adopted, written, writing, ourIntent,   against others', which returns a
+//	ended                                   verdict and sets ended); workers
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
 //	entry.changes, seenAt, mark             observers (takeView), under c.mu;

@@ -370,7 +370,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	if e == nil || e.round != nil || (resume != nil && e.i.text != resume.text) {
 		return nil, errSuperseded
 	}
-	e.round, e.last, e.ourIntent = r, nil, ""
+	e.round, e.last, e.ourIntent, e.sawOther = r, nil, "", false
 	r.overMixed = resume == nil && e.i.present()
 	r.seenAt, r.seenFloor = e.seenAt, e.seenFloor
 	if resume != nil || r.seenAt == 0 {
@@ -429,13 +429,11 @@ const roomInAnnotations = "room in the annotations: the others fill the 256 KiB"
 func (c *Controller) writeIntentText(ctx context.Context, key string, obj object, r *round, in intent) error {
 	return c.writeState(ctx, key, obj, r, stateWrite{intent: &in}, func(e *entry) {
 		e.i = in
-		switch {
-		case e.obj.hash != in.hash:
+		if e.obj.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
-		case e.outdated == in.text:
-			// The same text as an intent seen outdated before (the same
-			// data over the same pods): this one is not, yet.
-			e.outdated = ""
+			if e.round == r {
+				e.sawOther = true
+			}
 		}
 		if e.round == r {
 			e.ourIntent = in.text
@@ -489,7 +487,7 @@ func (c *Controller) record(ctx context.Context, key string, obj object, r *roun
 	w := stateWrite{record: true}
 	c.mu.Lock()
 	if e := c.entries[key]; e != nil && r != nil {
-		w.mixed = e.sawOtherData(r)
+		w.mixed = e.round == r && e.sawOther
 	}
 	c.mu.Unlock()
 	if w.mixed {

@@ -19,11 +19,11 @@ import (
 // reach the data of each window), and it records the data it restarted
 // for. The replacements it caused after the data changed may run any data
 // seen meanwhile, even where the data ends on the round's own (R = D): such
-// a round leaves mixedIntent beside R (sawOtherData), and the next window's
-// round restarts every pod. Once the data has been quiet for StormWindow
-// the storm ends, and one round brings every pod to the last data. The observers note when data
-// changed (entry.changes); the worker of the key judges the storm
-// (judgeStorm), so a standby reports none.
+// a round (entry.sawOther) leaves mixedIntent beside R, and the next
+// window's round restarts every pod. Once the data has been quiet for
+// StormWindow the storm ends, and one round brings every pod to the last
+// data. The observers note when data changed (entry.changes); the worker
+// of the key judges the storm (judgeStorm), so a standby reports none.
 //
 // Apart from that, restartTokens caps the restart requests of every round
 // together (MAX_RESTARTS_PER_SECOND).
@@ -90,15 +90,6 @@ func (c *Controller) sayStorm(obj object, news stormNews) {
 		log.Info("data change storm ended", "window", c.cfg.StormWindow)
 		c.event(obj, events.Normal, "ChangeStormEnded", fmt.Sprintf("The data has been quiet for %s: the storm is over, and its pods are brought to the last data.", c.cfg.StormWindow))
 	}
-}
-
-// sawOtherData: the data was seen to differ from round r's own after its
-// intent was written (which outdates the intent), so that replacements of
-// its restarts may run other data. Only a round begun in a storm goes on
-// then; any other was superseded. Before its intent nothing was restarted.
-// c.mu must be held.
-func (e *entry) sawOtherData(r *round) bool {
-	return e.round == r && e.ourIntent != "" && e.outdated == e.ourIntent
 }
 
 // stormGate returns how long a new round of the entry must wait: in a
