@@ -254,19 +254,34 @@ func TestRoundAfterAFlapRestartsEachPodOnce(t *testing.T) {
 
 // TestMixedIntentRestartsEveryPodOnce ensures the intent a round leaves
 // when the data changed while it ran restarts every selected pod once,
-// though R = D, for a controller that takes over as for this one; and the
-// round that does records and removes it.
+// though R = D, for a controller that takes over as for this one (on a
+// ConfigMap, and in a Secret's state under its MAC); and the round that
+// does records and removes it.
 func TestMixedIntentRestartsEveryPodOnce(t *testing.T) {
-	api := newFakeAPI(t, webPods()...)
-	api.afterDelete = func(p fakePod) { api.replacement(p) }
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), intent: mixedIntent.text, data: v2})
-	settle(t, c)
+	for _, kind := range []string{"ConfigMap", "Secret"} {
+		t.Run(kind, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			api.afterDelete = func(p fakePod) { api.replacement(p) }
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}
+			want := hashOf(t, v2)
+			if kind == "ConfigMap" {
+				c, _ := newTestController(t, api.client(), cfg)
+				start(t, c)
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: want, intent: mixedIntent.text, data: v2})
+				settle(t, c)
+			} else {
+				c := secretController(t, api, cfg, []cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), mixedIntent.text)},
+					[]secretSpec{{selector: ptr("app=webapp"), data: s1}})
+				settle(t, c)
+			}
 
-	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods())
-	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes())
-	intents := api.intents()
-	require.NotEmpty(t, intents)
-	assert.Empty(t, intents[len(intents)-1])
+			assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods())
+			if kind == "ConfigMap" { // a Secret's state shows what a write changed: R did not
+				assert.Equal(t, []string{want}, api.recordedHashes())
+			}
+			intents := api.intents()
+			require.NotEmpty(t, intents)
+			assert.Empty(t, intents[len(intents)-1])
+		})
+	}
 }
