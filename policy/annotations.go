@@ -169,6 +169,14 @@ func newIntent(hash digest, pods []podRef) intent {
 	return parseIntent(hash.text() + "/" + uids)
 }
 
+// mixedIntent is the intent a round leaves beside its record when the data
+// was seen to differ from its own while it ran (only a round begun in a
+// storm goes on then: storm.go). Its replacements created meanwhile may run
+// any data seen, whatever the data is now, even R's. It names no data, so
+// that the next round, whatever the data, is over every selected pod: a
+// controller before it reads it so too, as an intent that cannot be read.
+var mixedIntent = parseIntent("mixed/*")
+
 // parseIntent reads the annotation. One that cannot be read is still an
 // intent, for no data: a round was cut short, and its pods are mixed. One
 // longer than maxIntentText, or naming more than maxIntentPods pods, names

@@ -27,9 +27,9 @@
 //
 //	state                                   owner, and how others reach it
 //	Controller.entries, states, tombstones  c.mu: handlers write views
-//	entry.obj, r, i, outdated, adopted,     (apply, the one judge of our writes
-//	written, writing, ourIntent, ended      against others', which returns a
-//	                                        verdict and sets ended); workers
+//	entry.obj, r, i, outdated, sawOther,    (apply, the one judge of our writes
+//	adopted, written, writing, ourIntent,   against others', which returns a
+//	ended                                   verdict and sets ended); workers
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
 //	entry.changes, seenAt, mark             observers (takeView), under c.mu;
@@ -41,7 +41,7 @@
 //	                                        reconcile, record); Lead's endTerm
 //	                                        once every worker has returned
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
-//	storm
+//	storm, overMixed
 //	round.pods, resumed, sent, progress,    the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, lists, swept, listOnly,
@@ -79,7 +79,8 @@
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
 //	an intent superseded        writeIntent: removed if the round restarted
-//	                            nothing yet
+//	                            nothing yet (mixed/* if it began over mixed
+//	                            pods: undoIntent)
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at

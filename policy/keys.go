@@ -189,6 +189,15 @@ func changedKeys(recorded, now keyDigests) (keys map[string]bool, known bool) {
 // by name, only those that read a key changed from recorded to the data
 // now (obj.keys); with no digests on either side, all of them. For a
 // Secret, a pod's keys are looked up by their names' digests.
+//
+// Only a round that begins with no intent is narrowed: only then does
+// every pod read R's values. With an intent left (a round interrupted,
+// halted or superseded) the pods are mixed: a replacement runs the values
+// of I, or of an intent before I that I superseded, and a key set back to
+// R's value is a change for it. Which keys differ would take every such
+// intent's digests, so every reader is restarted instead. A resumed intent
+// names the pods its round took, already narrowed (or, "*", not known:
+// every reader).
 func (c *Controller) narrow(sel *selection, obj object, recorded keyDigests) {
 	if sel.ref == nil {
 		return

@@ -119,7 +119,7 @@ func (obj object) selectsBy() string {
 // selector refused if too broad, and narrowed to pods that carry the
 // opt-in label when one is required (POD_OPT_IN_LABEL), so a workload
 // consents where it is defined; the referencing pods, all of them
-// (beginRound narrows them to the keys that changed).
+// (reconcile narrows them to the keys that changed: narrow).
 func (c *Controller) selectionOf(obj object) (*selection, error) {
 	s := &selection{labels: new(selector.Selector)}
 	switch {

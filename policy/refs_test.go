@@ -3,6 +3,7 @@ package policy
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,6 +279,80 @@ func TestKeyLevelRestartsOnlyReadersOfChangedKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestResumedIntentRestartsThePodsItNames ensures a resumed round restarts
+// the pods its intent names, and no other reader, whether its round was
+// narrowed to the keys that changed (as the previous version wrote it) or
+// began over mixed pods, every reader named: the intent holds its round's
+// narrowing, and resuming narrows no further.
+func TestResumedIntentRestartsThePodsItNames(t *testing.T) {
+	recorded := map[string]string{"a": "1", "b": "1"}
+	for _, tt := range []struct {
+		name  string
+		data  map[string]string
+		named []string
+	}{
+		// R -> D changed a: the round took the readers of a, and had
+		// restarted whole (its replacement is not named) when it was cut.
+		{"NarrowedRound", map[string]string{"a": "2", "b": "1"}, []string{"reads-a"}},
+		// A fix that set a back to R's value, over pods a halted round
+		// had left on a=2: every reader, though against R nothing changed.
+		{"MixedRound", recorded, []string{"reads-a", "reads-b", "whole"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api, c := keyController(t)
+			var pods []podRef
+			for _, name := range tt.named {
+				pods = append(pods, podRef{uid: "uid-" + name})
+			}
+			s := referencing(t, "true", recorded, tt.data)
+			s.annotations[RestartedForKeysAnnotation] = keysOf(t, recorded)
+			d, ok := parseDigest(hashOf(t, tt.data))
+			require.True(t, ok)
+			s.intent = newIntent(d, pods).text // the previous version's writer, unchanged
+			handle(t, c, watch.Modified, s)
+			settle(t, c)
+			assert.ElementsMatch(t, tt.named, api.deletedPods())
+		})
+	}
+}
+
+// TestSupersededRoundOverMixedPodsKeepsThemMixed ensures a round begun over
+// pods an earlier round left mixed, superseded before its first restart,
+// leaves an intent that says so (mixed/*), not none: the next round still
+// restarts every reader. The round for {a:2} left reads-a-r on a=2; the fix sets a
+// back, and is itself changed (b) while its intent is written.
+func TestSupersededRoundOverMixedPodsKeepsThemMixed(t *testing.T) {
+	recorded := map[string]string{"a": "1", "b": "1"}
+	interrupted := map[string]string{"a": "2", "b": "1"}
+	fix, fixed := recorded, map[string]string{"a": "1", "b": "2"}
+	pod := func(name, spec string) *fakePod {
+		return &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"app": name}, spec: spec}
+	}
+	api := newFakeAPI(t, pod("reads-a-r", keyRef("configMap", "env", "a")), pod("reads-b", keyRef("configMap", "env", "b")))
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	spec := func(data map[string]string) cmSpec {
+		s := referencing(t, "true", recorded, data)
+		s.annotations[RestartedForKeysAnnotation] = keysOf(t, recorded)
+		s.intent = hashOf(t, interrupted) + "/uid-reads-a"
+		return s
+	}
+	var patches atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch && patches.Add(1) == 1 {
+			handle(t, c, watch.Modified, spec(fixed)) // while the fix's intent is written
+		}
+		return 0, "", false
+	}
+	handle(t, c, watch.Modified, spec(fix))
+	settle(t, c)
+
+	assert.Contains(t, api.deletedPods(), "reads-a-r", "it runs a=2; the data's a is 1")
+	intents := api.intents()
+	require.GreaterOrEqual(t, len(intents), 2)
+	assert.Equal(t, mixedIntent.text, intents[1], "the superseded round's undo")
 }
 
 // keyController is a started controller over keyPods("configMap", "env").

@@ -226,7 +226,7 @@ func TestReviewStatefulSetTerminatingPodNotInN(t *testing.T) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		r := c.entries["ns/webapp-config"].round
-		return r != nil && r.hash == v3hash && r.halted
+		return r != nil && r.hash == v3hash && c.halted["ns/webapp-config"] == r // r.halted is its worker's
 	}, waitFor, time.Millisecond)
 	assert.Equal(t, []string{"web-1"}, api.removedPods(), "a second pod went down while web-1 terminates")
 	api.mu.Lock()

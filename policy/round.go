@@ -41,12 +41,16 @@ type round struct {
 	keys     keyDigests // hash's key digests, recorded with it
 	selector string     // what sel was made from (object.selectsBy)
 	sel      *selection
-	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
-	sent     bool          // a restart was sent
-	pods     []podRef      // pods[i].rv is refreshed by its wave and its restart
-	state    []podState    // state[i] is pods[i]'s, written by its restart's goroutine
-	indexed  *indexed      // set when the round took its pods from the pod index (sweep.go)
-	next     time.Duration // when a waiting round looks again (nextLook)
+	resumed  bool // it resumed an intent: earlier rounds restarted some of its pods
+	// overMixed: it began over an intent it does not resume (a round cut
+	// short, halted or superseded): its pods are mixed, and what it leaves
+	// if it undoes its own intent must say so (undoIntent).
+	overMixed bool
+	sent      bool          // a restart was sent
+	pods      []podRef      // pods[i].rv is refreshed by its wave and its restart
+	state     []podState    // state[i] is pods[i]'s, written by its restart's goroutine
+	indexed   *indexed      // set when the round took its pods from the pod index (sweep.go)
+	next      time.Duration // when a waiting round looks again (nextLook)
 
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
@@ -263,7 +267,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		if step == stepResume {
 			resume = &left
 		}
-		c.narrow(sel, obj, recordedKeys)
+		if !left.present() {
+			c.narrow(sel, obj, recordedKeys)
+		}
 		if r, err = c.beginRound(ctx, key, obj, sel, resume, halt, storm, log); errors.Is(err, errSuperseded) {
 			return resultUnchanged, 0, nil
 		}
@@ -364,7 +370,8 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	if e == nil || e.round != nil || (resume != nil && e.i.text != resume.text) {
 		return nil, errSuperseded
 	}
-	e.round, e.last, e.ourIntent = r, nil, ""
+	e.round, e.last, e.ourIntent, e.sawOther = r, nil, "", false
+	r.overMixed = resume == nil && e.i.present()
 	r.seenAt, r.seenFloor = e.seenAt, e.seenFloor
 	if resume != nil || r.seenAt == 0 {
 		r.seenFloor = c.shownUpTo(obj.namespace) // before the moment: no later than it
@@ -384,7 +391,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 // for the annotations falls back to the form that names no pods. Found
 // superseded after the write, a round that has restarted nothing removes
 // the intent again: no pod ran its data, and left behind it would read as
-// pods mixed.
+// pods mixed (undoIntent, which leaves that where they are).
 func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(obj.hash, pods)
 	err := c.writeIntentText(ctx, key, obj, r, in)
@@ -403,7 +410,7 @@ func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r 
 	}
 	if err := c.current(ctx, key, obj, r); err != nil {
 		if errors.Is(err, errSuperseded) && !r.resumed && !r.sent {
-			c.undoIntent(ctx, key, obj, in, log)
+			c.undoIntent(ctx, key, obj, r, in, log)
 		}
 		return err
 	}
@@ -424,6 +431,9 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 		e.i = in
 		if e.obj.hash != in.hash {
 			e.outdated = in.text // the data moved on while we wrote
+			if e.round == r {
+				e.sawOther = true
+			}
 		}
 		if e.round == r {
 			e.ourIntent = in.text
@@ -431,17 +441,20 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 	})
 }
 
-// undoIntent removes intent in, written for a round found superseded
-// before it restarted anything, unless someone wrote another since. It is
-// the one write that does not ask current: it undoes.
-func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in intent, log *slog.Logger) {
+// undoIntent removes intent in, written for round r found superseded
+// before it restarted anything, unless someone wrote another since. A
+// round that began over mixed pods leaves mixedIntent instead: the intent
+// it replaced said so, and removed, the next round would take every pod
+// for one on R (for a resumed intent, on its data). It is the one write
+// that does not ask current: it undoes.
+func (c *Controller) undoIntent(ctx context.Context, key string, obj object, r *round, in intent, log *slog.Logger) {
+	w := stateWrite{undo: true, mixed: r.overMixed}
 	c.mu.Lock()
 	e := c.entries[key]
 	ours := e != nil && e.i.text == in.text
 	var after stored
 	if ours {
-		after = e.shown()
-		after.intent, after.halted = intent{}, halt{}
+		after = w.after(e.shown(), obj.hash, obj.keys)
 	}
 	c.mu.Unlock()
 	if !ours || !c.mayAct() {
@@ -450,7 +463,7 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, after.holder, err = c.writeAnnotations(ctx, obj, stateWrite{undo: true}, after); err != nil {
+		if rv, after.holder, err = c.writeAnnotations(ctx, obj, w, after); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -461,17 +474,31 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil && e.i.text == in.text {
-		e.i = intent{}
+		e.i = w.leaves()
 		e.wrote(rv, after)
 	}
 }
 
 // record writes R = obj.hash (and its key digests, obj.keys) and removes I
 // and the halt, ending round r (nil for an adoption) unless r is no longer
-// the current one.
+// the current one. A round that saw the data change while it ran leaves
+// mixedIntent for I instead.
 func (c *Controller) record(ctx context.Context, key string, obj object, r *round) error {
-	return c.writeState(ctx, key, obj, r, stateWrite{record: true}, func(e *entry) {
-		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, intent{}, false
+	w := stateWrite{record: true}
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil && r != nil {
+		w.mixed = e.round == r && e.sawOther
+	}
+	c.mu.Unlock()
+	if w.mixed {
+		c.log.Info("the data changed while the round ran: its replacements may run other data, and the next round restarts every pod",
+			"namespace", obj.namespace, obj.kind.logKey(), obj.name)
+	}
+	return c.writeState(ctx, key, obj, r, w, func(e *entry) {
+		e.r, e.rKeys, e.i, e.adopted = obj.hash, obj.keys, w.leaves(), false
+		if w.mixed {
+			c.queue.Add(key) // the next round is due (its storm gate permitting)
+		}
 		if r != nil && e.round == r {
 			e.round, e.ended, e.ourIntent = nil, false, ""
 			if !c.cfg.DryRun {
@@ -493,12 +520,22 @@ func (c *Controller) writeHalt(ctx context.Context, key string, obj object, r *r
 
 // stateWrite is one write of the state: a record (R = the data, removing I
 // and the halt), an intent (removing the halt), a halt, or an undo
-// (removing I and the halt).
+// (removing I and the halt). A record or an undo with mixed leaves
+// mixedIntent for I instead of none.
 type stateWrite struct {
 	record bool
+	mixed  bool
 	intent *intent
 	halt   *halt
 	undo   bool
+}
+
+// leaves is the intent a record or an undo leaves.
+func (w stateWrite) leaves() intent {
+	if w.mixed {
+		return mixedIntent
+	}
+	return intent{}
 }
 
 // annotations returns the write as a merge patch of annotations, for data
@@ -507,7 +544,7 @@ type stateWrite struct {
 func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[string]any {
 	switch {
 	case w.record:
-		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: nil, HaltedAnnotation: nil}
+		a := map[string]any{RestartedForAnnotation: hash.text(), RestartingAnnotation: orNil(w.leaves().text), HaltedAnnotation: nil}
 		if keys != "" || had {
 			a[RestartedForKeysAnnotation] = orNil(string(keys))
 		}
@@ -515,7 +552,7 @@ func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[stri
 	case w.intent != nil:
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
 	case w.undo:
-		return map[string]any{RestartingAnnotation: nil, HaltedAnnotation: nil}
+		return map[string]any{RestartingAnnotation: orNil(w.leaves().text), HaltedAnnotation: nil}
 	}
 	return map[string]any{HaltedAnnotation: w.halt.text()}
 }
@@ -524,11 +561,11 @@ func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[stri
 func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 	switch {
 	case w.record:
-		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, intent{}, halt{}
+		st.recorded, st.recordedKeys, st.intent, st.halted = hash, keys, w.leaves(), halt{}
 	case w.intent != nil:
 		st.intent, st.halted = *w.intent, halt{}
 	case w.undo:
-		st.intent, st.halted = intent{}, halt{}
+		st.intent, st.halted = w.leaves(), halt{}
 	default:
 		st.halted = *w.halt
 	}

@@ -36,6 +36,11 @@ type entry struct {
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string
+	// sawOther: a view showed other data than the round's own after its
+	// intent was written, so that replacements of its restarts may run
+	// that data (only a round begun in a storm goes on then). beginRound
+	// clears it; record reads it.
+	sawOther bool
 	// round is in progress here, for obj.hash. Only its worker sets and
 	// clears it; a view that ends it sets ended, and the worker drops it
 	// at its next look (the one place a round ends: reconcile).
@@ -162,6 +167,9 @@ func (e *entry) apply(obj object) verdict {
 	}
 	if e.i.present() && e.i.hash != obj.hash {
 		e.outdated = e.i.text
+	}
+	if e.round != nil && e.round.hash != obj.hash && e.ourIntent != "" {
+		e.sawOther = true
 	}
 	if obj.hash != e.obj.hash || e.changed.IsZero() {
 		e.changed = time.Now()

@@ -17,11 +17,13 @@ import (
 // begins; a round begun in a storm is not superseded by the next data
 // change (its wave in flight and the rest of its pods finish, so that they
 // reach the data of each window), and it records the data it restarted
-// for: R differs from D, and the next window's round takes it from there.
-// Once the data has been quiet for StormWindow the storm ends, and one
-// round brings every pod to the last data. The observers note when data
-// changed (entry.changes); the worker of the key judges the storm
-// (judgeStorm), so a standby reports none.
+// for. The replacements it caused after the data changed may run any data
+// seen meanwhile, even where the data ends on the round's own (R = D): such
+// a round (entry.sawOther) leaves mixedIntent beside R, and the next
+// window's round restarts every pod. Once the data has been quiet for
+// StormWindow the storm ends, and one round brings every pod to the last
+// data. The observers note when data changed (entry.changes); the worker
+// of the key judges the storm (judgeStorm), so a standby reports none.
 //
 // Apart from that, restartTokens caps the restart requests of every round
 // together (MAX_RESTARTS_PER_SECOND).

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,4 +215,73 @@ func TestStormGaugeIsZeroOnAStandby(t *testing.T) {
 		}
 		return n
 	}())
+}
+
+// TestRoundAfterAFlapRestartsEachPodOnce ensures a round whose intent reads
+// as one seen outdated before (the same data over the same pods: a round
+// for it superseded before its first restart, the data changed and set
+// back) is not taken for one that saw the data change while it ran: it
+// records, leaving no intent, and no pod is restarted twice.
+func TestRoundAfterAFlapRestartsEachPodOnce(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.afterDelete = func(p fakePod) { api.replacement(p) }
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}})
+	start(t, c)
+	change := func(data map[string]string) {
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: data})
+	}
+	var patches atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch {
+			switch patches.Add(1) {
+			case 1:
+				change(v3) // while the intent for v2 is written: the round is superseded, and undoes it
+			case 2:
+				change(v2) // while the undo is written: back to the intent's data, before any round for v3
+			}
+		}
+		return 0, "", false
+	}
+	change(v2)
+	settle(t, c)
+
+	assert.Equal(t, []string{hashOf(t, v2)}, api.recordedHashes(), "one round, recorded once")
+	intents := api.intents()
+	require.NotEmpty(t, intents)
+	assert.Empty(t, intents[len(intents)-1], "the record leaves no intent: intents %v", intents)
+	assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods(), "each pod restarted once")
+}
+
+// TestMixedIntentRestartsEveryPodOnce ensures the intent a round leaves
+// when the data changed while it ran restarts every selected pod once,
+// though R = D, for a controller that takes over as for this one (on a
+// ConfigMap, and in a Secret's state under its MAC); and the round that
+// does records and removes it.
+func TestMixedIntentRestartsEveryPodOnce(t *testing.T) {
+	for _, kind := range []string{"ConfigMap", "Secret"} {
+		t.Run(kind, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			api.afterDelete = func(p fakePod) { api.replacement(p) }
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}
+			want := hashOf(t, v2)
+			if kind == "ConfigMap" {
+				c, _ := newTestController(t, api.client(), cfg)
+				start(t, c)
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: want, intent: mixedIntent.text, data: v2})
+				settle(t, c)
+			} else {
+				c := secretController(t, api, cfg, []cmSpec{stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), mixedIntent.text)},
+					[]secretSpec{{selector: ptr("app=webapp"), data: s1}})
+				settle(t, c)
+			}
+
+			assert.ElementsMatch(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods())
+			if kind == "ConfigMap" { // a Secret's state shows what a write changed: R did not
+				assert.Equal(t, []string{want}, api.recordedHashes())
+			}
+			intents := api.intents()
+			require.NotEmpty(t, intents)
+			assert.Empty(t, intents[len(intents)-1])
+		})
+	}
 }
