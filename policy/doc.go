@@ -65,7 +65,8 @@
 //
 // # Where each state resolves
 //
-//	which round is current      current (round.go), asked before every write
+//	which round is current      current (round.go), asked right before every
+//	                            write request, after its waits
 //	ours or theirs              entry.apply (state.go): an older view is our
 //	                            write's past; our own write's event (writing,
 //	                            ourIntent) is ours; our intent gone with no

@@ -119,16 +119,20 @@ var (
 	errIntentLost = errors.New("the round's intent is not on the object")
 )
 
-// current is the one currency check, asked before every write (intent,
-// each restart and retry, record): nil if this replica may act and round
-// r (nil for an adoption or a record without a round) is still the current
-// one for the object as obj shows it.
+// current is the one currency check, asked right before every write
+// request (intent, each restart and retry, halt, record), after whatever
+// that request waited for: nil if this replica may act, the namespace is
+// opted in, and round r (nil for an adoption or a record without a round)
+// is still the current one for the object as obj shows it.
 func (c *Controller) current(ctx context.Context, key string, obj object, r *round) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !c.mayAct() {
 		return errNotLeader
+	}
+	if !c.optedIn(obj.namespace) {
+		return fmt.Errorf("namespace %s opted out: %w", obj.namespace, errSuperseded)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -450,7 +454,13 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in 
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, after.holder, err = c.writeAnnotations(ctx, obj, stateWrite{undo: true}, after); err != nil {
+		leads := func() error {
+			if !c.mayAct() {
+				return errNotLeader
+			}
+			return nil
+		}
+		if rv, after.holder, err = c.writeAnnotations(ctx, obj, stateWrite{undo: true}, after, leads); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -542,7 +552,13 @@ func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 // once an event shows it so (within c.replacedWait): a 409 or 404 that no
 // replacement caused (an admission webhook's) is retried.
 func (c *Controller) writeState(ctx context.Context, key string, obj object, r *round, w stateWrite, apply func(e *entry)) error {
-	if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
+	may := func() error {
+		if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
+			return err
+		}
+		return nil
+	}
+	if err := may(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -557,7 +573,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 	var written uint64
 	if c.recordsOnServer() {
 		var err error
-		written, after.holder, err = c.writeAnnotations(ctx, obj, w, after)
+		written, after.holder, err = c.writeAnnotations(ctx, obj, w, after, may)
 		what := "the record"
 		if w.intent != nil {
 			what = "the intent"
@@ -639,10 +655,11 @@ func (c *Controller) credit(key string, obj object) {
 
 // writeAnnotations writes w, which leaves after, where the object's kind
 // keeps R and I, and returns the revision the server answered and the uid
-// of the object that holds them (after.holder when not told).
-func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWrite, after stored) (uint64, string, error) {
+// of the object that holds them (after.holder when not told); may is asked
+// again before a request that follows a wait.
+func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWrite, after stored, may func() error) (uint64, string, error) {
 	if obj.kind == kindSecret {
-		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
+		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after, may) // apiclient hides the digest in refusals
 		return rv, cmp.Or(holder, after.holder), err
 	}
 	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys, obj.stored.recordedKeys != ""))
