@@ -42,7 +42,7 @@
 //	                                        once every worker has returned
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
 //	storm
-//	round.pods, resumed, sent, progress,    the worker of the key alone
+//	round.pods, resumed, progress,          the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, lists, swept, listOnly,
 //	bound)
@@ -55,7 +55,7 @@
 //	round.listed, mostSeen, estimate,       the namespace budget's lock: other
 //	allowed; namespaceBudget.inFlight,      rounds' waves count this one's budget
 //	deletions                               (restart goroutines note deletions)
-//	round.blocked, firstRestart             atomic: restart goroutines
+//	round.blocked, firstRestart, sent       atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock
 //	the pods (podindex.Index)               its own lock; the watch writes,
 //	                                        rounds read copies (View); its
@@ -79,8 +79,8 @@
 //	a restart refused 409       restartPod (restart.go): re-read by name, retried
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
-//	an intent superseded        writeIntent: removed if the round restarted
-//	                            nothing yet
+//	an intent superseded        entry.letGo (state.go), by reconcile: removed
+//	                            if the round sent no restart
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at

@@ -50,7 +50,6 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 			}
 			break
 		}
-		r.sent = true
 		wg.Go(func() {
 			defer func() { <-sem }()
 			state, err := c.restartPod(ctx, key, obj, r, i, log)
@@ -111,6 +110,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		if err := c.current(ctx, key, obj, r); err != nil {
 			return podPending, err
 		}
+		r.sent.Store(true)
 		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
 		evicting := evict || c.cfg.DryRun
 		if !evicting {

@@ -43,3 +43,27 @@ func TestReviewTurn5PacedRestartAsksCurrentAfterItsToken(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewTurn5SettlingRoundSupersededLeavesNoIntent ensures a change set
+// back while its round waits to settle restarts nothing: the round wrote
+// its intent before the wait, restarted no pod, and was superseded. Left
+// behind, that intent reads as "pods mixed" (design.md says so of an
+// intent superseded right after its write, which is removed): every pod is
+// restarted for data they all run.
+func TestReviewTurn5SettlingRoundSupersededLeavesNoIntent(t *testing.T) {
+	api, c, m := settleTest(t, 300*time.Millisecond)
+	start(t, c)
+	a := settleSpec("a")
+	a.recorded, a.data = hashOf(t, v1), v2
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) == 1 }, waitFor, time.Millisecond, "the round wrote its intent and settles")
+	require.Len(t, api.intents(), 1)
+
+	a.data, a.intent, a.rv = v1, api.intents()[0], api.patchRV(0) // set back, as the server shows it
+	handle(t, c, watch.Modified, a)
+	time.Sleep(500 * time.Millisecond) // past SETTLE
+	settle(t, c)
+
+	assert.Empty(t, api.removedPods(), "no pod ever ran v2, and the data is v1 again")
+	assert.Empty(t, api.recordedHashes())
+}

@@ -42,7 +42,7 @@ type round struct {
 	selector string     // what sel was made from (object.selectsBy)
 	sel      *selection
 	resumed  bool          // it resumed an intent: earlier rounds restarted some of its pods
-	sent     bool          // a restart was sent
+	sent     atomic.Bool   // a restart request was sent (restart goroutines)
 	pods     []podRef      // pods[i].rv is refreshed by its wave and its restart
 	state    []podState    // state[i] is pods[i]'s, written by its restart's goroutine
 	indexed  *indexed      // set when the round took its pods from the pod index (sweep.go)
@@ -197,8 +197,18 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	if e.ended {
 		// A view ended the round (someone's record or intent, other
 		// data or selector): its worker, here, lets it go.
-		e.round, e.ended, e.ourIntent = nil, false, ""
+		undo := e.letGo()
 		c.pruneHalted()
+		if undo.present() {
+			obj := e.obj
+			c.mu.Unlock()
+			c.undoIntent(ctx, key, obj, undo, c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name))
+			c.mu.Lock()
+			if e = c.entries[key]; e == nil || !e.exists {
+				c.mu.Unlock()
+				return resultGone, 0, nil
+			}
+		}
 	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
@@ -385,10 +395,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 }
 
 // writeIntent writes I: round r for obj.hash over pods. An intent too large
-// for the annotations falls back to the form that names no pods. Found
-// superseded after the write, a round that has restarted nothing removes
-// the intent again: no pod ran its data, and left behind it would read as
-// pods mixed.
+// for the annotations falls back to the form that names no pods.
 func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(obj.hash, pods)
 	err := c.writeIntentText(ctx, key, obj, r, in)
@@ -404,12 +411,6 @@ func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r 
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
-	}
-	if err := c.current(ctx, key, obj, r); err != nil {
-		if errors.Is(err, errSuperseded) && !r.resumed && !r.sent {
-			c.undoIntent(ctx, key, obj, in, log)
-		}
-		return err
 	}
 	return nil
 }
@@ -435,8 +436,8 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 	})
 }
 
-// undoIntent removes intent in, written for a round found superseded
-// before it restarted anything, unless someone wrote another since. It is
+// undoIntent removes intent in, written for a round superseded before it
+// restarted anything (letGo), unless someone wrote another since. It is
 // the one write that does not ask current: it undoes.
 func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in intent, log *slog.Logger) {
 	c.mu.Lock()
