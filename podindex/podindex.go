@@ -32,9 +32,8 @@ type Index struct {
 
 	mu   sync.Mutex
 	pods map[string]map[string]*pod // namespace → uid → pod
-	// lists counts completed lists: creation revisions read from different
-	// lists are not comparable (a relist stamps a pod it first sees with its
-	// current revision), so callers compare lists before and after.
+	// lists counts completed lists; callers compare it before and after,
+	// and count a pod of another list as created before any change.
 	lists   uint64
 	listing bool
 	listGen uint64
@@ -67,8 +66,8 @@ type pod struct {
 	refs   Refs
 	reason string
 	since  int64 // unix seconds; 0: unknown
-	// created is the revision of the ADDED event, i.e. the creation; from a
-	// list, the pod's revision then, which is no earlier.
+	// created is the revision of the ADDED event, i.e. the creation; 0
+	// (unknown: before any change) for a pod first seen otherwise.
 	created uint64
 	// terminatedAt is the revision of the first event with a
 	// deletionTimestamp; 0 without one or if it was not a number.
@@ -271,8 +270,12 @@ func (x *Index) update(typ watch.EventType, ns, uid string, obj gjson.Result, rv
 	case p == nil:
 		p = &pod{}
 		r.Refs = ParseRefs(obj.Get("spec"))
-		// A pod first seen modified keeps 0: "started before any change".
-		if typ == watch.Added || typ == watch.Synced {
+		// Only an ADDED event tells a creation. A pod first seen in a
+		// list (or modified) keeps 0, "created before any change": its
+		// revision there is that of its last update, which may follow a
+		// change its creation preceded, and a pod left on old data is
+		// worse than a restart too many.
+		if typ == watch.Added {
 			p.created = rv
 		}
 		pods[strings.Clone(uid)] = p
@@ -377,9 +380,7 @@ func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Du
 		}
 		lists = x.lists
 		if x.listing {
-			// This relist stamps a pod it first sees with its current
-			// revision: count it already, so no caller takes one for the other.
-			lists++
+			lists++ // a pod this relist adds is of the next list already
 		}
 		return p != nil
 	})

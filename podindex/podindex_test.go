@@ -152,8 +152,8 @@ func (m model) apply(t testing.TB, typ string, p wirePod) {
 	mp, known := m.pods[uid]
 	if !known {
 		mp.name = p.Metadata.Name
-		if typ == "ADDED" || typ == string(watch.Synced) {
-			mp.created = p.rv(t) // a MODIFIED pod first seen: 0
+		if typ == "ADDED" {
+			mp.created = p.rv(t) // a pod first seen listed or MODIFIED: 0
 		}
 	}
 	mp.labels = p.Metadata.Labels
@@ -577,7 +577,7 @@ func TestEndList(t *testing.T) {
 			before:    func(x *podindex.Index) { relist(x, webapp("a", "5"), webapp("b", "6")) },
 			relist:    []pod{webapp("b", "9")},
 			wantNames: []string{"b"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-b": 6},
+			wantCreate: map[string]uint64{"uid-b": 0},
 		},
 		{
 			name: "DropsWatchAddedPodsTheListDidNotShow",
@@ -587,7 +587,7 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("a", "8")},
 			wantNames: []string{"a"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-a": 5},
+			wantCreate: map[string]uint64{"uid-a": 0},
 		},
 		{
 			name: "KeepsCreationOfPodsListedAgain",
@@ -597,7 +597,7 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("a", "8"), webapp("c", "9"), webapp("d", "10")},
 			wantNames: []string{"a", "c", "d"}, wantLen: 3,
-			wantCreate: map[string]uint64{"uid-a": 5, "uid-c": 7, "uid-d": 10},
+			wantCreate: map[string]uint64{"uid-a": 0, "uid-c": 7, "uid-d": 0},
 		},
 		{
 			name: "EmptyListDropsEverything",
@@ -616,7 +616,7 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("b", "6")},
 			wantNames: []string{"b"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-b": 6},
+			wantCreate: map[string]uint64{"uid-b": 0},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -680,9 +680,10 @@ func TestSelect(t *testing.T) {
 	})
 }
 
-// TestCreatedRevision ensures the creation revision comes from the event that
-// first announced a pod: its ADDED event or its list entry; 0 for a pod first
-// seen modified; later events never change it.
+// TestCreatedRevision ensures the creation revision comes from a pod's ADDED
+// event; 0 (unknown: older than any change) for a pod first seen in a list,
+// whose revision there is its last update's, or modified; later events and
+// lists never change it.
 func TestCreatedRevision(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -690,7 +691,7 @@ func TestCreatedRevision(t *testing.T) {
 		want   uint64
 	}{
 		{"AddedEvent", []watch.Event{event(watch.Added, webapp("a", "42"))}, 42},
-		{"ListEntry", []watch.Event{event(watch.Synced, webapp("a", "42"))}, 42},
+		{"ListEntryIsZero", []watch.Event{event(watch.Synced, webapp("a", "42"))}, 0},
 		{"ModifiedForUnknownPodIsZero", []watch.Event{event(watch.Modified, webapp("a", "42"))}, 0},
 		{"LaterModifiedKeepsIt", []watch.Event{event(watch.Added, webapp("a", "42")), event(watch.Modified, webapp("a", "50"))}, 42},
 		{"LaterListEntryKeepsIt", []watch.Event{event(watch.Added, webapp("a", "42")), event(watch.Synced, webapp("a", "60"))}, 42},
@@ -912,7 +913,7 @@ func TestCreatedWaits(t *testing.T) {
 			x := podindex.New(discard)
 			relist(x, webapp("a", "5"))
 			r := <-created(t.Context(), x, "uid-a", time.Hour)
-			assert.Equal(t, result{created: 5, lists: 1, known: true}, r)
+			assert.Equal(t, result{created: 0, lists: 1, known: true}, r, "listed: older than any change")
 		})
 	})
 }
@@ -986,25 +987,25 @@ func TestListsCounter(t *testing.T) {
 	assert.Equal(t, []uint64{2, 2}, []uint64{s, c}, "a relist counts once, a failed list not at all")
 }
 
-// TestCreatedDuringRelistIsNotComparable ensures a pod first seen in a relist
-// still in progress, stamped with its current revision rather than its
-// creation, is never reported under the lists count of the completed lists:
-// a caller comparing that count would take the revision for a creation.
-func TestCreatedDuringRelistIsNotComparable(t *testing.T) {
+// TestCreatedUnknownForPodFirstSeenInARelist ensures a pod the watch missed
+// (its ADDED event lost with a 410), first seen in the relist, is reported
+// created at 0, before any change, during the relist and after it: its
+// revision there is that of its last update, which may follow a change
+// its creation preceded.
+func TestCreatedUnknownForPodFirstSeenInARelist(t *testing.T) {
 	x := podindex.New(discard)
 	relist(x, webapp("a", "5"))
-	_, before, _ := selectPods(x, ns, all)
 
 	x.BeginList() // after a 410: pods missed by the watch show up here
 	x.Handle(event(watch.Synced, webapp("missed", "90")))
-	created, lists, known := x.Created(context.Background(), ns, "uid-missed", 0)
+	created, _, known := x.Created(context.Background(), ns, "uid-missed", 0)
 	require.True(t, known)
-	assert.Equal(t, uint64(90), created)
-	assert.NotEqual(t, before, lists, "the revision comes from a list not yet counted")
+	assert.Zero(t, created, "during the relist")
 
 	x.EndList()
-	_, lists, _ = x.Created(context.Background(), ns, "uid-missed", 0)
-	assert.NotEqual(t, before, lists)
+	created, _, known = x.Created(context.Background(), ns, "uid-missed", 0)
+	require.True(t, known)
+	assert.Zero(t, created, "after it")
 }
 
 // TestUnchangedLabelsKeepTheirMap ensures an update that leaves the labels
