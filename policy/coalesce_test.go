@@ -2,6 +2,8 @@ package policy
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -112,6 +114,54 @@ func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
 	settle(t, c)
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// TestRoundTakesNoReplacementOfADeleteInFlight ensures a round whose change
+// was seen before another round's DELETEs were sent does not take their
+// replacements, though the index shows them before those DELETEs' answers
+// are back: it waits for the answers (its cutoff) before it takes its pods.
+// b's change is seen first, its selector refused; a resumes and deletes the
+// three pods, their answers held; b's selector is fixed (its data, and the
+// moment its change was seen, unchanged) and b takes its pods.
+func TestRoundTakesNoReplacementOfADeleteInFlight(t *testing.T) {
+	api, c, m := settleTest(t, 100*time.Millisecond)
+	c.catchUpWait = time.Hour // only the answers end b's wait
+	held := make(chan struct{})
+	var holding atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method != http.MethodDelete || strings.HasSuffix(r.path, "r") {
+			return 0, "", false
+		}
+		// Carried out, the replacement shown by the index; the answer held.
+		rec := httptest.NewRecorder()
+		api.mu.Lock()
+		api.deletePod(rec, path.Base(r.path), []byte(r.body), false)
+		api.mu.Unlock()
+		holding.Add(1)
+		<-held
+		return rec.Code, rec.Body.String(), true
+	}
+	a := settleSpec("a")
+	a.recorded, a.data, a.intent = hashOf(t, v1), v2, hashOf(t, v2)+"/uid-1,uid-2,uid-3"
+	b := settleSpec("b")
+	b.recorded, b.data, b.selector = hashOf(t, v1), v2, ptr("!app")
+	handle(t, c, watch.Added, b)
+	handle(t, c, watch.Added, a)
+	start(t, c)
+	require.Eventually(t, func() bool { return holding.Load() == 3 && m.Reconciles.Value(resultRefused) == 1 }, waitFor, time.Millisecond)
+
+	b.selector = ptr("app=web")
+	handle(t, c, watch.Modified, b)
+	budget := c.budgetOf("ns")
+	require.Eventually(t, func() bool {
+		budget.mu.Lock()
+		defer budget.mu.Unlock()
+		return budget.answered != nil || len(api.intents()) > 0 // b waits for the answers, or took its pods and settles
+	}, waitFor, time.Millisecond)
+	close(held)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods(), "each pod once; no replacement")
 }
 
 // TestChangeDuringARoundRestartsEachPodOnceForBoth ensures that when object

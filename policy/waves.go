@@ -105,7 +105,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		return fmt.Errorf("list pods: %w", err)
 	}
 	b := c.budgetOf(obj.namespace)
-	c.take(b, obj, r, view, x, lists, log)
+	c.take(b, obj, r, view, x, lists, c.takeCutoff(ctx, obj.namespace, r, view, x), log)
 	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
 		return c.completed(ctx, key, obj, r, log)
@@ -190,21 +190,15 @@ func (c *Controller) completed(ctx context.Context, key string, obj object, r *r
 
 // take makes the first wave's view the round's, once: its pods are the
 // selected, live pods that are not terminating (for a resumed round, those
-// its intent names). Pods created after it run the new data. A view from
-// the index (x) may lack pods created just before: the round's membership
-// is completed later (complete).
-func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, x *podindex.Index, lists uint64, log *slog.Logger) {
+// its intent names), but those the index saw created above cutoff
+// (takeCutoff). Pods created after it run the new data. A view from the
+// index (x) may lack pods created just before: the round's membership is
+// completed later (complete).
+func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, x *podindex.Index, lists, cutoff uint64, log *slog.Logger) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r.listed {
 		return
-	}
-	cutoff := uint64(math.MaxUint64)
-	if x != nil {
-		cutoff, _ = b.seenAfter(r.seenAt) // a DELETE in flight: its replacement may be taken, a restart too many
-		if rv, ok := r.mark.resolved(); ok {
-			cutoff = min(cutoff, rv)
-		}
 	}
 	for _, p := range view {
 		switch {
@@ -227,6 +221,34 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	} else {
 		log.Info("data changed; restarting pods", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	}
+}
+
+// takeCutoff returns the lowest pod revision known to follow the moment
+// round r's change was seen (seenCutoff), for take; math.MaxUint64 where
+// none is, or r has taken its pods. The index may show another round's
+// deletion and its replacement before that DELETE's answer is back: where
+// the view shows a pod the index saw created above r.seenFloor (after what
+// it had shown when the change was seen: perhaps such a replacement), the
+// answers and the mark are waited for, up to catchUpWait; only then, so
+// that rounds over pods that were all there before their change wait for
+// none of one another's requests. One still missing then may make a restart
+// too many, never one too few.
+func (c *Controller) takeCutoff(ctx context.Context, namespace string, r *round, view []livePod, x *podindex.Index) uint64 {
+	if x == nil || r.listed {
+		return math.MaxUint64
+	}
+	if r.only == nil { // a resumed round takes what its intent names, all created before it
+		for i := range view {
+			p := &view[i]
+			if p.terminating || !p.live() || !r.sel.selects(p) {
+				continue
+			}
+			if created, _, known := x.Created(ctx, namespace, p.uid, 0); known && created > r.seenFloor {
+				return c.seenCutoff(ctx, namespace, r, c.catchUpWait)
+			}
+		}
+	}
+	return c.seenCutoff(ctx, namespace, r, 0)
 }
 
 // createdAfter: the index saw pod uid created (its ADDED event, in the
