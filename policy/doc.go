@@ -44,7 +44,7 @@
 //	storm
 //	round.pods, resumed, progress,          the worker of the key alone
 //	halted, haltFound, next, indexed
-//	(its index, lists, swept, listOnly,
+//	(its index, swept, listOnly,
 //	bound)
 //	indexed.answered, deleted               its mu: restart goroutines note
 //	                                        their deletions
