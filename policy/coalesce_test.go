@@ -116,6 +116,38 @@ func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
 }
 
+// TestSettlingRoundSupersededKeepsItsIntentOverAPodCreatedMeanwhile ensures
+// a round superseded while it settles keeps its intent where a pod it
+// selects was created meanwhile (a scale-up): that pod runs the round's
+// data, so the pods are mixed, and when the data is set back the next
+// round restarts it too, not only the pods that never ran it.
+func TestSettlingRoundSupersededKeepsItsIntentOverAPodCreatedMeanwhile(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web})
+	x := mirror(t, api, api.replacement)
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Settle: 300 * time.Millisecond}, x))
+	start(t, c)
+	a := settleSpec("a")
+	a.recorded, a.data = hashOf(t, v1), v2
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) == 1 }, waitFor, time.Millisecond, "the round wrote its intent and settles")
+	require.Len(t, api.intents(), 1)
+
+	api.mu.Lock()
+	scaled := api.addPodLocked("web-3", web) // created with v2
+	api.mu.Unlock()
+	x.Handle(podEvent(t, watch.Added, scaled))
+	a.data, a.intent, a.rv = v1, api.intents()[0], api.patchRV(0) // set back
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+
+	assert.Contains(t, api.removedPods(), "web-3", "web-3 was created with v2, and the data is v1")
+	assert.Equal(t, []string{hashOf(t, v1)}, api.recordedHashes())
+}
+
 // TestRoundTakesNoReplacementOfADeleteInFlight ensures a round whose change
 // was seen before another round's DELETEs were sent does not take their
 // replacements, though the index shows them before those DELETEs' answers

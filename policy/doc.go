@@ -80,7 +80,8 @@
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
 //	an intent superseded        entry.letGo (state.go), by reconcile: removed
-//	                            if the round sent no restart
+//	                            if the round sent no restart and no pod
+//	                            was created since it took its pods
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at

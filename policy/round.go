@@ -197,12 +197,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	if e.ended {
 		// A view ended the round (someone's record or intent, other
 		// data or selector): its worker, here, lets it go.
-		undo := e.letGo()
+		gone, undo := e.letGo()
 		c.pruneHalted()
 		if undo.present() {
 			obj := e.obj
 			c.mu.Unlock()
-			c.undoIntent(ctx, key, obj, undo, c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name))
+			if c.onlyItsPods(ctx, obj.namespace, gone) {
+				c.undoIntent(ctx, key, obj, undo, c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name))
+			}
 			c.mu.Lock()
 			if e = c.entries[key]; e == nil || !e.exists {
 				c.mu.Unlock()
@@ -436,9 +438,30 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 	})
 }
 
+// onlyItsPods: the pods r's selection picks now are all pods r took. One
+// created since it took them (a scale-up while it settled) runs its data:
+// the pods are mixed, and its intent stays. Where the pods cannot be seen,
+// it stays too: a restart too many, not a pod left on other data.
+func (c *Controller) onlyItsPods(ctx context.Context, namespace string, r *round) bool {
+	live, err := c.selectedNow(ctx, namespace, r.sel)
+	if err != nil {
+		return false
+	}
+	taken := make(map[string]bool, len(r.pods))
+	for _, p := range r.pods {
+		taken[p.uid] = true
+	}
+	for _, p := range live {
+		if !p.terminating && p.live() && !taken[p.uid] {
+			return false
+		}
+	}
+	return true
+}
+
 // undoIntent removes intent in, written for a round superseded before it
-// restarted anything (letGo), unless someone wrote another since. It is
-// the one write that does not ask current: it undoes.
+// restarted anything (letGo, onlyItsPods), unless someone wrote another
+// since. It is the one write that does not ask current: it undoes.
 func (c *Controller) undoIntent(ctx context.Context, key string, obj object, in intent, log *slog.Logger) {
 	c.mu.Lock()
 	e := c.entries[key]
