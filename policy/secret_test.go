@@ -669,7 +669,7 @@ func TestSecretStateWriteAfterItsWaitAsksCurrent(t *testing.T) {
 	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
 	var leading atomic.Bool
 	leading.Store(true)
-	var c *Controller
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, MayAct: leading.Load})
 	var refused atomic.Bool
 	api.fault = func(r request) (int, string, bool) {
 		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/configmaps") && refused.CompareAndSwap(false, true) {
@@ -680,7 +680,9 @@ func TestSecretStateWriteAfterItsWaitAsksCurrent(t *testing.T) {
 		}
 		return 0, "", false
 	}
-	c = secretController(t, api, Config{RecordHash: true, MayAct: leading.Load}, nil, []secretSpec{{selector: ptr("app=webapp"), data: s1}})
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
+	listConfigMaps(t, c)
+	start(t, c)
 	settle(t, c)
 	require.True(t, refused.Load(), "the adoption's record tried to create the state ConfigMap")
 	assert.Empty(t, api.seen(http.MethodPatch, "configmaps"), "written after the lease lapsed")
