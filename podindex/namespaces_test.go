@@ -215,7 +215,7 @@ func TestNamespacesIndexOnlyAnnotatedNamespaces(t *testing.T) {
 	f.n.Annotated(ns, true)
 	require.Eventually(t, f.covered(ns), waitLimit, time.Millisecond)
 
-	pods, _, ok := selectPods(f.n.Cover(ns), ns, all)
+	pods, ok := selectPods(f.n.Cover(ns), ns, all)
 	require.True(t, ok)
 	var want []string
 	for _, p := range rec.items {
@@ -244,7 +244,7 @@ func TestNamespacesAnnotatedBeforeRun(t *testing.T) {
 	f.run()
 	require.Eventually(t, f.covered("a"), waitLimit, time.Millisecond)
 	require.Eventually(t, f.covered("b"), waitLimit, time.Millisecond)
-	pods, _, ok := selectPods(f.n.Cover("b"), "b", all)
+	pods, ok := selectPods(f.n.Cover("b"), "b", all)
 	require.True(t, ok)
 	assert.Equal(t, []string{"pod-b"}, names(pods), "each index holds its namespace's pods")
 }

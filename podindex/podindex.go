@@ -32,10 +32,8 @@ type Index struct {
 
 	mu   sync.Mutex
 	pods map[string]map[string]*pod // namespace → uid → pod
-	// lists counts completed lists: creation revisions read from different
-	// lists are not comparable (a relist stamps a pod it first sees with its
-	// current revision), so callers compare lists before and after.
-	lists   uint64
+	// listed: a list has completed; until then the index answers nothing.
+	listed  bool
 	listing bool
 	listGen uint64
 	// at is the revision the watch has shown everything up to (an event's,
@@ -67,8 +65,8 @@ type pod struct {
 	refs   Refs
 	reason string
 	since  int64 // unix seconds; 0: unknown
-	// created is the revision of the ADDED event, i.e. the creation; from a
-	// list, the pod's revision then, which is no earlier.
+	// created is the revision of the ADDED event, i.e. the creation; 0
+	// (unknown: before any change) for a pod first seen otherwise.
 	created uint64
 	// terminatedAt is the revision of the first event with a
 	// deletionTimestamp; 0 without one or if it was not a number.
@@ -143,7 +141,7 @@ func (x *Index) EndList() {
 		namespaces = append(namespaces, ns)
 	}
 	x.listing = false
-	x.lists++
+	x.listed = true
 	x.notify()
 	onChange := x.onChange
 	x.mu.Unlock()
@@ -271,8 +269,12 @@ func (x *Index) update(typ watch.EventType, ns, uid string, obj gjson.Result, rv
 	case p == nil:
 		p = &pod{}
 		r.Refs = ParseRefs(obj.Get("spec"))
-		// A pod first seen modified keeps 0: "started before any change".
-		if typ == watch.Added || typ == watch.Synced {
+		// Only an ADDED event tells a creation. A pod first seen in a
+		// list (or modified) keeps 0, "created before any change": its
+		// revision there is that of its last update, which may follow a
+		// change its creation preceded, and a pod left on old data is
+		// worse than a restart too many.
+		if typ == watch.Added {
 			p.created = rv
 		}
 		pods[strings.Clone(uid)] = p
@@ -334,20 +336,20 @@ func (x *Index) notify() {
 }
 
 // View returns every pod of namespace the index holds, terminating and
-// finished ones included, and the number of lists behind the answer; ok is
-// false until the first list has ended and during a relist: pods would be
-// missing. The Records share the index's labels: read only.
-func (x *Index) View(namespace string) (pods []Record, lists uint64, ok bool) {
+// finished ones included; ok is false until the first list has ended and
+// during a relist: pods would be missing. The Records share the index's
+// labels: read only.
+func (x *Index) View(namespace string) (pods []Record, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.lists == 0 || x.listing {
-		return nil, x.lists, false
+	if !x.listed || x.listing {
+		return nil, false
 	}
 	pods = make([]Record, 0, len(x.pods[namespace]))
 	for uid, p := range x.pods[namespace] {
 		pods = append(pods, p.record(uid))
 	}
-	return pods, x.lists, true
+	return pods, true
 }
 
 // ShownUpTo returns the revision the index has shown every pod event up to
@@ -362,28 +364,22 @@ func (x *Index) ShownUpTo() uint64 {
 // rv (of pods: revisions of one resource compare), waiting up to wait for
 // its watch to get there; never during a relist.
 func (x *Index) CaughtUp(ctx context.Context, rv uint64, wait time.Duration) bool {
-	return x.waitFor(ctx, wait, func() bool { return x.lists > 0 && !x.listing && x.at >= rv })
+	return x.waitFor(ctx, wait, func() bool { return x.listed && !x.listing && x.at >= rv })
 }
 
-// Created returns the revision a pod was created at (see pod.created) and
-// the number of lists behind the answer, waiting up to wait for the pod to
-// appear: a pod a LIST just returned may not have reached the watch yet.
-// known is false if it did not appear in time.
-func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Duration) (created, lists uint64, known bool) {
+// Created returns the revision a pod was created at (see pod.created: 0,
+// before any change, where its ADDED event was not seen), waiting up to
+// wait for the pod to appear: a pod a LIST just returned may not have
+// reached the watch yet. known is false if it did not appear in time.
+func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Duration) (created uint64, known bool) {
 	known = x.waitFor(ctx, wait, func() bool {
 		p := x.pods[namespace][uid]
 		if p != nil {
 			created = p.created
 		}
-		lists = x.lists
-		if x.listing {
-			// This relist stamps a pod it first sees with its current
-			// revision: count it already, so no caller takes one for the other.
-			lists++
-		}
 		return p != nil
 	})
-	return created, lists, known
+	return created, known
 }
 
 // Get returns pod uid of namespace once the index shows it at a
@@ -393,7 +389,7 @@ func (x *Index) Created(ctx context.Context, namespace, uid string, wait time.Du
 // time.
 func (x *Index) Get(ctx context.Context, namespace, uid, notRV string, wait time.Duration) (r Record, exists, known bool) {
 	known = x.waitFor(ctx, wait, func() bool {
-		if x.lists == 0 || x.listing {
+		if !x.listed || x.listing {
 			return false
 		}
 		p := x.pods[namespace][uid]

@@ -152,8 +152,8 @@ func (m model) apply(t testing.TB, typ string, p wirePod) {
 	mp, known := m.pods[uid]
 	if !known {
 		mp.name = p.Metadata.Name
-		if typ == "ADDED" || typ == string(watch.Synced) {
-			mp.created = p.rv(t) // a MODIFIED pod first seen: 0
+		if typ == "ADDED" {
+			mp.created = p.rv(t) // a pod first seen listed or MODIFIED: 0
 		}
 	}
 	mp.labels = p.Metadata.Labels
@@ -204,7 +204,7 @@ func look(x *podindex.Index, uids ...string) view {
 	v := newView()
 	v.len = x.Len()
 	var seen []map[string]string
-	pods, _, ok := selectWithoutRV(x, ns, func(l map[string]string) bool { seen = append(seen, l); return true })
+	pods, ok := selectWithoutRV(x, ns, func(l map[string]string) bool { seen = append(seen, l); return true })
 	v.ok, v.pods = ok, sortPods(slices.Clone(pods))
 	// Select calls matches once per candidate, in the order it returns them.
 	for i, p := range pods {
@@ -213,7 +213,7 @@ func look(x *podindex.Index, uids ...string) view {
 		}
 	}
 	for _, uid := range uids {
-		if c, _, known := x.Created(context.Background(), ns, uid, 0); known {
+		if c, known := x.Created(context.Background(), ns, uid, 0); known {
 			v.created[uid] = c
 		}
 		if since, known := x.Terminated(context.Background(), ns, uid, 0); known {
@@ -412,7 +412,7 @@ func TestReplayMetadataListWatch(t *testing.T) {
 	x := runIndex(t, srv)
 
 	t.Run("AfterList", func(t *testing.T) {
-		require.Eventually(t, func() bool { _, _, ok := selectPods(x, ns, all); return ok }, waitLimit, time.Millisecond)
+		require.Eventually(t, func() bool { _, ok := selectPods(x, ns, all); return ok }, waitLimit, time.Millisecond)
 		assert.Equal(t, afterList, look(x, uids...))
 	})
 	for i := range rec.lines {
@@ -550,7 +550,7 @@ func TestSelectReadiness(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			x := podindex.New(discard)
 			tc.feed(x)
-			pods, _, ok := selectWithoutRV(x, ns, all)
+			pods, ok := selectWithoutRV(x, ns, all)
 			assert.Equal(t, tc.wantOK, ok)
 			if !tc.wantOK {
 				assert.Empty(t, pods, "no partial answer")
@@ -577,7 +577,7 @@ func TestEndList(t *testing.T) {
 			before:    func(x *podindex.Index) { relist(x, webapp("a", "5"), webapp("b", "6")) },
 			relist:    []pod{webapp("b", "9")},
 			wantNames: []string{"b"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-b": 6},
+			wantCreate: map[string]uint64{"uid-b": 0},
 		},
 		{
 			name: "DropsWatchAddedPodsTheListDidNotShow",
@@ -587,7 +587,7 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("a", "8")},
 			wantNames: []string{"a"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-a": 5},
+			wantCreate: map[string]uint64{"uid-a": 0},
 		},
 		{
 			name: "KeepsCreationOfPodsListedAgain",
@@ -597,7 +597,7 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("a", "8"), webapp("c", "9"), webapp("d", "10")},
 			wantNames: []string{"a", "c", "d"}, wantLen: 3,
-			wantCreate: map[string]uint64{"uid-a": 5, "uid-c": 7, "uid-d": 10},
+			wantCreate: map[string]uint64{"uid-a": 0, "uid-c": 7, "uid-d": 0},
 		},
 		{
 			name: "EmptyListDropsEverything",
@@ -616,19 +616,19 @@ func TestEndList(t *testing.T) {
 			},
 			relist:    []pod{webapp("b", "6")},
 			wantNames: []string{"b"}, wantLen: 1,
-			wantCreate: map[string]uint64{"uid-b": 6},
+			wantCreate: map[string]uint64{"uid-b": 0},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := podindex.New(discard)
 			tc.before(x)
 			relist(x, tc.relist...)
-			pods, _, ok := selectWithoutRV(x, ns, all)
+			pods, ok := selectWithoutRV(x, ns, all)
 			require.True(t, ok)
 			assert.Equal(t, tc.wantNames, names(pods))
 			assert.Equal(t, tc.wantLen, x.Len())
 			for uid, want := range tc.wantCreate {
-				got, _, known := x.Created(context.Background(), ns, uid, 0)
+				got, known := x.Created(context.Background(), ns, uid, 0)
 				assert.True(t, known, uid)
 				assert.Equal(t, want, got, uid)
 			}
@@ -663,7 +663,7 @@ func TestSelect(t *testing.T) {
 		{"UnknownNamespace", "nowhere", all, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pods, _, ok := selectWithoutRV(x, tc.ns, tc.matches)
+			pods, ok := selectWithoutRV(x, tc.ns, tc.matches)
 			require.True(t, ok)
 			assert.Equal(t, tc.want, names(pods))
 		})
@@ -673,16 +673,17 @@ func TestSelect(t *testing.T) {
 		p := webapp("a", "10")
 		p.terminating = true
 		x.Handle(event(watch.Modified, p))
-		pods, _, _ := selectWithoutRV(x, ns, app("webapp"))
+		pods, _ := selectWithoutRV(x, ns, app("webapp"))
 		assert.Empty(t, pods)
-		_, _, known := x.Created(context.Background(), ns, "uid-a", 0)
+		_, known := x.Created(context.Background(), ns, "uid-a", 0)
 		assert.True(t, known, "a terminating pod is still indexed until DELETED")
 	})
 }
 
-// TestCreatedRevision ensures the creation revision comes from the event that
-// first announced a pod: its ADDED event or its list entry; 0 for a pod first
-// seen modified; later events never change it.
+// TestCreatedRevision ensures the creation revision comes from a pod's ADDED
+// event; 0 (unknown: older than any change) for a pod first seen in a list,
+// whose revision there is its last update's, or modified; later events and
+// lists never change it.
 func TestCreatedRevision(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -690,7 +691,7 @@ func TestCreatedRevision(t *testing.T) {
 		want   uint64
 	}{
 		{"AddedEvent", []watch.Event{event(watch.Added, webapp("a", "42"))}, 42},
-		{"ListEntry", []watch.Event{event(watch.Synced, webapp("a", "42"))}, 42},
+		{"ListEntryIsZero", []watch.Event{event(watch.Synced, webapp("a", "42"))}, 0},
 		{"ModifiedForUnknownPodIsZero", []watch.Event{event(watch.Modified, webapp("a", "42"))}, 0},
 		{"LaterModifiedKeepsIt", []watch.Event{event(watch.Added, webapp("a", "42")), event(watch.Modified, webapp("a", "50"))}, 42},
 		{"LaterListEntryKeepsIt", []watch.Event{event(watch.Added, webapp("a", "42")), event(watch.Synced, webapp("a", "60"))}, 42},
@@ -703,7 +704,7 @@ func TestCreatedRevision(t *testing.T) {
 			for _, ev := range tc.events {
 				x.Handle(ev)
 			}
-			got, _, known := x.Created(context.Background(), ns, "uid-a", 0)
+			got, known := x.Created(context.Background(), ns, "uid-a", 0)
 			require.True(t, known)
 			assert.Equal(t, tc.want, got)
 		})
@@ -720,7 +721,7 @@ func TestDeletedRemovesByUID(t *testing.T) {
 	x.Handle(event(watch.Added, repl))
 	old.rv = "10"
 	x.Handle(event(watch.Deleted, old))
-	pods, _, _ := selectWithoutRV(x, ns, all)
+	pods, _ := selectWithoutRV(x, ns, all)
 	assert.Equal(t, []Pod{{Name: "web-0", UID: "uid-new"}}, pods)
 	assert.Equal(t, 1, x.Len())
 
@@ -755,7 +756,7 @@ func TestSkipsObjectsWithoutIdentity(t *testing.T) {
 				assert.NotPanics(t, func() {
 					x.Handle(watch.Event{Type: typ, Object: []byte(tc.object), ResourceVersion: "5"})
 				})
-				pods, _, ok := selectWithoutRV(x, ns, all)
+				pods, ok := selectWithoutRV(x, ns, all)
 				assert.True(t, ok)
 				assert.Equal(t, []string{"a"}, names(pods), "the index is unchanged")
 				assert.Equal(t, 1, x.Len())
@@ -788,7 +789,7 @@ func TestMalformedJSONDoesNotPanic(t *testing.T) {
 				assert.NotPanics(t, func() {
 					x.Handle(watch.Event{Type: typ, Object: []byte(tc.object), ResourceVersion: "5"})
 				})
-				pods, _, ok := selectWithoutRV(x, ns, all)
+				pods, ok := selectWithoutRV(x, ns, all)
 				assert.True(t, ok)
 				assert.Contains(t, names(pods), "a", "the listed pod is untouched")
 				assert.LessOrEqual(t, x.Len(), 2)
@@ -819,10 +820,10 @@ func TestOddButIdentifiedObjects(t *testing.T) {
 			assert.NotPanics(t, func() { x.Handle(watch.Event{Type: watch.Added, Object: obj, ResourceVersion: "5"}) })
 			clear(obj) // the index keeps nothing of the buffer
 			assert.Equal(t, 1, x.Len())
-			got, _, known := x.Created(context.Background(), ns, "u", 0)
+			got, known := x.Created(context.Background(), ns, "u", 0)
 			assert.True(t, known)
 			assert.Equal(t, tc.wantCreated, got)
-			pods, _, _ := selectWithoutRV(x, ns, all)
+			pods, _ := selectWithoutRV(x, ns, all)
 			assert.Equal(t, []Pod{{Name: "a", UID: "u"}}, pods)
 		})
 	}
@@ -839,7 +840,7 @@ func TestKeepsNothingOfTheEventBuffer(t *testing.T) {
 		ev.Object[i] = 'x'
 	}
 	var labels map[string]string
-	pods, _, _ := selectWithoutRV(x, ns, func(l map[string]string) bool { labels = l; return true })
+	pods, _ := selectWithoutRV(x, ns, func(l map[string]string) bool { labels = l; return true })
 	assert.Equal(t, []Pod{{Name: "a", UID: "uid-a"}}, pods)
 	assert.Equal(t, map[string]string{"app": "webapp"}, labels)
 }
@@ -850,16 +851,16 @@ func TestKeepsNothingOfTheEventBuffer(t *testing.T) {
 // pod is handed over, and the fake clock makes the waits exact.)
 func TestCreatedWaits(t *testing.T) {
 	type result struct {
-		created, lists uint64
-		known          bool
-		waited         time.Duration
+		created uint64
+		known   bool
+		waited  time.Duration
 	}
 	created := func(ctx context.Context, x *podindex.Index, uid string, wait time.Duration) <-chan result {
 		out := make(chan result, 1)
 		go func() {
 			start := time.Now()
-			c, l, k := x.Created(ctx, ns, uid, wait)
-			out <- result{c, l, k, time.Since(start)}
+			c, k := x.Created(ctx, ns, uid, wait)
+			out <- result{c, k, time.Since(start)}
 		}()
 		return out
 	}
@@ -880,7 +881,7 @@ func TestCreatedWaits(t *testing.T) {
 			require.Empty(t, res)
 			go x.Handle(event(watch.Added, webapp("late", "7")))
 			r := <-res
-			assert.Equal(t, result{created: 7, lists: 1, known: true}, r, "at once, no time passed")
+			assert.Equal(t, result{created: 7, known: true}, r, "at once, no time passed")
 		})
 	})
 	t.Run("PodThatNeverAppears", func(t *testing.T) {
@@ -892,7 +893,7 @@ func TestCreatedWaits(t *testing.T) {
 			x.Handle(event(watch.Added, webapp("b", "6"))) // changes, none of them the pod
 			relist(x, webapp("a", "5"), webapp("b", "6"))
 			r := <-res
-			assert.Equal(t, result{lists: 2, known: false, waited: 5 * time.Second}, r)
+			assert.Equal(t, result{known: false, waited: 5 * time.Second}, r)
 		})
 	})
 	t.Run("ContextCancelled", func(t *testing.T) {
@@ -904,7 +905,7 @@ func TestCreatedWaits(t *testing.T) {
 			synctest.Wait()
 			cancel()
 			r := <-res
-			assert.Equal(t, result{lists: 1, known: false}, r, "at once, not after the hour")
+			assert.Equal(t, result{known: false}, r, "at once, not after the hour")
 		})
 	})
 	t.Run("KnownPodAtOnce", func(t *testing.T) {
@@ -912,7 +913,7 @@ func TestCreatedWaits(t *testing.T) {
 			x := podindex.New(discard)
 			relist(x, webapp("a", "5"))
 			r := <-created(t.Context(), x, "uid-a", time.Hour)
-			assert.Equal(t, result{created: 5, lists: 1, known: true}, r)
+			assert.Equal(t, result{created: 0, known: true}, r, "listed: older than any change")
 		})
 	})
 }
@@ -955,56 +956,25 @@ func TestTerminated(t *testing.T) {
 	})
 }
 
-// TestListsCounter ensures the lists count Select and Created report moves
-// with every completed list, and only then, so a caller can tell creation
-// revisions of different lists apart.
-func TestListsCounter(t *testing.T) {
-	x := podindex.New(discard)
-	lists := func() (uint64, uint64) {
-		_, fromSelect, _ := selectPods(x, ns, all)
-		_, fromCreated, _ := x.Created(context.Background(), ns, "uid-a", 0)
-		return fromSelect, fromCreated
-	}
-	s, c := lists()
-	assert.Equal(t, []uint64{0, 0}, []uint64{s, c}, "before the first list")
-
-	relist(x, webapp("a", "5"))
-	s, c = lists()
-	assert.Equal(t, []uint64{1, 1}, []uint64{s, c}, "after the first list")
-
-	x.Handle(event(watch.Added, webapp("b", "6")))
-	x.Handle(event(watch.Modified, webapp("a", "7")))
-	s, c = lists()
-	assert.Equal(t, []uint64{1, 1}, []uint64{s, c}, "watch events do not count")
-
-	x.BeginList()
-	x.Handle(event(watch.Synced, webapp("a", "7")))
-	x.BeginList() // that list failed; this one completes
-	x.Handle(event(watch.Synced, webapp("a", "7")))
-	x.EndList()
-	s, c = lists()
-	assert.Equal(t, []uint64{2, 2}, []uint64{s, c}, "a relist counts once, a failed list not at all")
-}
-
-// TestCreatedDuringRelistIsNotComparable ensures a pod first seen in a relist
-// still in progress, stamped with its current revision rather than its
-// creation, is never reported under the lists count of the completed lists:
-// a caller comparing that count would take the revision for a creation.
-func TestCreatedDuringRelistIsNotComparable(t *testing.T) {
+// TestCreatedUnknownForPodFirstSeenInARelist ensures a pod the watch missed
+// (its ADDED event lost with a 410), first seen in the relist, is reported
+// created at 0, before any change, during the relist and after it: its
+// revision there is that of its last update, which may follow a change
+// its creation preceded.
+func TestCreatedUnknownForPodFirstSeenInARelist(t *testing.T) {
 	x := podindex.New(discard)
 	relist(x, webapp("a", "5"))
-	_, before, _ := selectPods(x, ns, all)
 
 	x.BeginList() // after a 410: pods missed by the watch show up here
 	x.Handle(event(watch.Synced, webapp("missed", "90")))
-	created, lists, known := x.Created(context.Background(), ns, "uid-missed", 0)
+	created, known := x.Created(context.Background(), ns, "uid-missed", 0)
 	require.True(t, known)
-	assert.Equal(t, uint64(90), created)
-	assert.NotEqual(t, before, lists, "the revision comes from a list not yet counted")
+	assert.Zero(t, created, "during the relist")
 
 	x.EndList()
-	_, lists, _ = x.Created(context.Background(), ns, "uid-missed", 0)
-	assert.NotEqual(t, before, lists)
+	created, known = x.Created(context.Background(), ns, "uid-missed", 0)
+	require.True(t, known)
+	assert.Zero(t, created, "after it")
 }
 
 // TestUnchangedLabelsKeepTheirMap ensures an update that leaves the labels
@@ -1101,7 +1071,7 @@ func FuzzHandle(f *testing.F) {
 		// snapshot renders what Select shows: each pod with its labels.
 		snapshot := func() string {
 			var labels []string // one per candidate, in Select's order
-			pods, _, _ := selectWithoutRV(x, ns, func(l map[string]string) bool {
+			pods, _ := selectWithoutRV(x, ns, func(l map[string]string) bool {
 				var b strings.Builder
 				for _, k := range slices.Sorted(maps.Keys(l)) {
 					fmt.Fprintf(&b, "%q=%q,", k, l[k])
@@ -1133,7 +1103,7 @@ func FuzzHandle(f *testing.F) {
 		if n := x.Len(); n != len(listItems) {
 			t.Fatalf("after a relist of %d pods Len is %d", len(listItems), n)
 		}
-		pods, _, ok := selectWithoutRV(x, ns, all)
+		pods, ok := selectWithoutRV(x, ns, all)
 		if !ok || !slices.Equal(sortPods(pods), listed) {
 			t.Fatalf("after a relist Select gives %v (ok %v), want %v", pods, ok, listed)
 		}
@@ -1194,10 +1164,10 @@ type Pod struct {
 
 // selectPods returns, from the index's View, the pods of namespace whose
 // labels match and that are not terminating, as a round takes them.
-func selectPods(x *podindex.Index, namespace string, matches func(map[string]string) bool) ([]Pod, uint64, bool) {
-	recs, lists, ok := x.View(namespace)
+func selectPods(x *podindex.Index, namespace string, matches func(map[string]string) bool) ([]Pod, bool) {
+	recs, ok := x.View(namespace)
 	if !ok {
-		return nil, lists, false
+		return nil, false
 	}
 	var pods []Pod
 	for _, r := range recs {
@@ -1205,18 +1175,18 @@ func selectPods(x *podindex.Index, namespace string, matches func(map[string]str
 			pods = append(pods, Pod{Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion})
 		}
 	}
-	return pods, lists, true
+	return pods, true
 }
 
 // selectWithoutRV is selectPods with the resourceVersions left out, for the
 // tests that compare names and uids (TestSelectReportsResourceVersion
 // checks them).
-func selectWithoutRV(x *podindex.Index, ns string, matches func(map[string]string) bool) ([]Pod, uint64, bool) {
-	pods, lists, ok := selectPods(x, ns, matches)
+func selectWithoutRV(x *podindex.Index, ns string, matches func(map[string]string) bool) ([]Pod, bool) {
+	pods, ok := selectPods(x, ns, matches)
 	for i := range pods {
 		pods[i].ResourceVersion = ""
 	}
-	return pods, lists, ok
+	return pods, ok
 }
 
 // TestSelectReportsResourceVersion ensures the index gives each pod's
@@ -1228,7 +1198,7 @@ func TestSelectReportsResourceVersion(t *testing.T) {
 	x.Handle(watch.Event{Type: watch.Synced, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"7","labels":{"app":"web"}}}`)})
 	x.EndList()
 	x.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"9","labels":{"app":"web"}}}`)})
-	pods, _, ok := selectPods(x, "ns", func(map[string]string) bool { return true })
+	pods, ok := selectPods(x, "ns", func(map[string]string) bool { return true })
 	require.True(t, ok)
 	assert.Equal(t, []Pod{{Name: "a", UID: "u", ResourceVersion: "9"}}, pods)
 }

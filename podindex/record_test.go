@@ -75,7 +75,7 @@ func TestParseRecordedRunningPod(t *testing.T) {
 	ev := watch.Event{Type: watch.Added, Object: raw, ResourceVersion: "246"}
 	x.Handle(ev)
 	clear(raw) // the index keeps nothing of the event's buffer
-	view, _, ok := x.View("default")
+	view, ok := x.View("default")
 	require.True(t, ok)
 	require.Len(t, view, 1)
 	assert.Equal(t, want, view[0])

@@ -95,7 +95,7 @@ func TestIndexKeepsRefsFromTheFirstSight(t *testing.T) {
 		"spec":{"containers":[{"name":"c","envFrom":[{"configMapRef":{"name":"cm"}}]}]}}`)})
 	x.Handle(watch.Event{Type: watch.Modified, Object: []byte(`{"metadata":{"namespace":"ns","name":"p","uid":"u1","resourceVersion":"6"},
 		"status":{"conditions":[{"type":"Ready","status":"True"}]}}`)})
-	view, _, ok := x.View("ns")
+	view, ok := x.View("ns")
 	require.True(t, ok)
 	require.Len(t, view, 1)
 	assert.True(t, view[0].Ready)

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -112,6 +114,86 @@ func TestSettleKillBetweenTwoIntentsRestartsEachPodOnce(t *testing.T) {
 	settle(t, c)
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
 	assert.Len(t, api.recordedHashes(), 2, "each object records its own R")
+}
+
+// TestSettlingRoundSupersededKeepsItsIntentOverAPodCreatedMeanwhile ensures
+// a round superseded while it settles keeps its intent where a pod it
+// selects was created meanwhile (a scale-up): that pod runs the round's
+// data, so the pods are mixed, and when the data is set back the next
+// round restarts it too, not only the pods that never ran it.
+func TestSettlingRoundSupersededKeepsItsIntentOverAPodCreatedMeanwhile(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t,
+		&fakePod{name: "web-1", uid: "uid-1", labels: web},
+		&fakePod{name: "web-2", uid: "uid-2", labels: web})
+	x := mirror(t, api, api.replacement)
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Settle: 300 * time.Millisecond}, x))
+	start(t, c)
+	a := settleSpec("a")
+	a.recorded, a.data = hashOf(t, v1), v2
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) == 1 }, waitFor, time.Millisecond, "the round wrote its intent and settles")
+	require.Len(t, api.intents(), 1)
+
+	api.mu.Lock()
+	scaled := api.addPodLocked("web-3", web) // created with v2
+	api.mu.Unlock()
+	x.Handle(podEvent(t, watch.Added, scaled))
+	a.data, a.intent, a.rv = v1, api.intents()[0], api.patchRV(0) // set back
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+
+	assert.Contains(t, api.removedPods(), "web-3", "web-3 was created with v2, and the data is v1")
+	assert.Equal(t, []string{hashOf(t, v1)}, api.recordedHashes())
+}
+
+// TestRoundTakesNoReplacementOfADeleteInFlight ensures a round whose change
+// was seen before another round's DELETEs were sent does not take their
+// replacements, though the index shows them before those DELETEs' answers
+// are back: it waits for the answers (its cutoff) before it takes its pods.
+// b's change is seen first, its selector refused; a resumes and deletes the
+// three pods, their answers held; b's selector is fixed (its data, and the
+// moment its change was seen, unchanged) and b takes its pods.
+func TestRoundTakesNoReplacementOfADeleteInFlight(t *testing.T) {
+	api, c, m := settleTest(t, 100*time.Millisecond)
+	c.catchUpWait = time.Hour // only the answers end b's wait
+	held := make(chan struct{})
+	var holding atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method != http.MethodDelete || strings.HasSuffix(r.path, "r") {
+			return 0, "", false
+		}
+		// Carried out, the replacement shown by the index; the answer held.
+		rec := httptest.NewRecorder()
+		api.mu.Lock()
+		api.deletePod(rec, path.Base(r.path), []byte(r.body), false)
+		api.mu.Unlock()
+		holding.Add(1)
+		<-held
+		return rec.Code, rec.Body.String(), true
+	}
+	a := settleSpec("a")
+	a.recorded, a.data, a.intent = hashOf(t, v1), v2, hashOf(t, v2)+"/uid-1,uid-2,uid-3"
+	b := settleSpec("b")
+	b.recorded, b.data, b.selector = hashOf(t, v1), v2, ptr("!app")
+	handle(t, c, watch.Added, b)
+	handle(t, c, watch.Added, a)
+	start(t, c)
+	require.Eventually(t, func() bool { return holding.Load() == 3 && m.Reconciles.Value(resultRefused) == 1 }, waitFor, time.Millisecond)
+
+	b.selector = ptr("app=web")
+	handle(t, c, watch.Modified, b)
+	budget := c.budgetOf("ns")
+	require.Eventually(t, func() bool {
+		budget.mu.Lock()
+		defer budget.mu.Unlock()
+		return budget.answered != nil || len(api.intents()) > 0 // b waits for the answers, or took its pods and settles
+	}, waitFor, time.Millisecond)
+	close(held)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods(), "each pod once; no replacement")
 }
 
 // TestChangeDuringARoundRestartsEachPodOnceForBoth ensures that when object

@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
@@ -266,6 +268,29 @@ func TestNamespaceOptingOutStopsItsRounds(t *testing.T) {
 	settle(t, c)
 	assert.Empty(t, api.deletedPods())
 	assert.Zero(t, m.Reconciles.Value(resultRestarted))
+}
+
+// TestPacedRestartAsksWhetherTheNamespaceStillOptsIn ensures a restart that
+// waited for a token of MAX_RESTARTS_PER_SECOND is not sent once its
+// namespace has opted out meanwhile: the round's currency check asks the
+// consent itself, not only whether the watch has forgotten the object yet
+// (here it never does).
+func TestPacedRestartAsksWhetherTheNamespaceStillOptsIn(t *testing.T) {
+	var pods []*fakePod
+	for i := range 11 { // the burst is 10: the eleventh waits a second
+		pods = append(pods, &fakePod{name: "web-" + strconv.Itoa(i), uid: "uid-web-" + strconv.Itoa(i), labels: map[string]string{"app": "web"}})
+	}
+	api := newFakeAPI(t, pods...)
+	consent, _ := newConsent(t, map[string]map[string]string{"ns": optedIn})
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Namespaces: consent,
+		MaxUnavailable: Budget{Percent: 100}, MaxRestartsPerSecond: 1})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.deletedPods()) == 10 }, waitFor, time.Millisecond)
+	consent.Handle(namespaceEvent(t, watch.Modified, "ns", nil))
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) == 1 }, 5*time.Second, time.Millisecond, "the round stops at the eleventh")
+	assert.Len(t, api.deletedPods(), 10, "a DELETE sent after the namespace opted out")
+	assert.Empty(t, api.recordedHashes())
 }
 
 // countLines counts the lines of out that contain s.

@@ -66,8 +66,8 @@ type Config struct {
 	// (dryRun=All), and nothing is deleted, evicted or recorded.
 	DryRun bool
 	Events EventRecorder // if set, records Events on the ConfigMaps and Secrets acted for
-	// MayAct, if set, is asked before every write: a leader whose lease
-	// may have lapsed must not act.
+	// MayAct, if set, is asked right before every write (current): a
+	// leader whose lease may have lapsed must not act.
 	MayAct func() bool
 	// Pods, if set, is the live pod index of the namespaces that hold
 	// annotated objects: rounds there decide from it, woken by its pods'

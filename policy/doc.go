@@ -42,9 +42,9 @@
 //	                                        once every worker has returned
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
 //	storm, overMixed
-//	round.pods, resumed, sent, progress,    the worker of the key alone
+//	round.pods, resumed, progress,          the worker of the key alone
 //	halted, haltFound, next, indexed
-//	(its index, lists, swept, listOnly,
+//	(its index, swept, listOnly,
 //	bound)
 //	indexed.answered, deleted               its mu: restart goroutines note
 //	                                        their deletions
@@ -55,7 +55,7 @@
 //	round.listed, mostSeen, estimate,       the namespace budget's lock: other
 //	allowed; namespaceBudget.inFlight,      rounds' waves count this one's budget
 //	deletions                               (restart goroutines note deletions)
-//	round.blocked, firstRestart             atomic: restart goroutines
+//	round.blocked, firstRestart, sent       atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock
 //	the pods (podindex.Index)               its own lock; the watch writes,
 //	                                        rounds read copies (View); its
@@ -65,7 +65,8 @@
 //
 // # Where each state resolves
 //
-//	which round is current      current (round.go), asked before every write
+//	which round is current      current (round.go), asked right before every
+//	                            write request, after its waits
 //	ours or theirs              entry.apply (state.go): an older view is our
 //	                            write's past; our own write's event (writing,
 //	                            ourIntent) is ours; our intent gone with no
@@ -78,9 +79,10 @@
 //	a restart refused 409       restartPod (restart.go): re-read by name, retried
 //	                            only if still selected, the same uid and not
 //	                            terminating; else left
-//	an intent superseded        writeIntent: removed if the round restarted
-//	                            nothing yet (mixed/* if it began over mixed
-//	                            pods: undoIntent)
+//	an intent superseded        entry.letGo (state.go), by reconcile: removed
+//	                            if the round sent no restart and no pod
+//	                            was created since it took its pods (mixed/*
+//	                            if it began over mixed pods: undoIntent)
 //	a standby                   queue.go: queues nothing; endTerm lets rounds go;
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at

@@ -50,7 +50,6 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 			}
 			break
 		}
-		r.sent = true
 		wg.Go(func() {
 			defer func() { <-sem }()
 			state, err := c.restartPod(ctx, key, obj, r, i, log)
@@ -74,7 +73,8 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 const maxConflicts = 5
 
 // restartPod restarts r.pods[i] with the preconditions of the view that
-// last selected it. Each try, first and retried, asks current first. A
+// last selected it. Each try, first and retried, asks current right before
+// its request, after its wait for a token of the rate (if any). A
 // failed precondition re-reads the pod: retried with its new
 // resourceVersion only if it is still selected, the same pod and not
 // terminating (the same uid: created before the round, it may run old
@@ -99,15 +99,18 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		}
 	}()
 	for conflicts := 0; ; {
-		if err := c.current(ctx, key, obj, r); err != nil {
-			return podPending, err
-		}
 		if c.restartTokens != nil {
 			// MAX_RESTARTS_PER_SECOND; the restart stays in flight meanwhile.
 			if err := c.restartTokens.wait(ctx); err != nil {
 				return podPending, err
 			}
 		}
+		// After the token's wait, which may last seconds: the round may
+		// have ended meanwhile.
+		if err := c.current(ctx, key, obj, r); err != nil {
+			return podPending, err
+		}
+		r.sent.Store(true)
 		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
 		evicting := evict || c.cfg.DryRun
 		if !evicting {

@@ -46,7 +46,7 @@ type round struct {
 	// short, halted or superseded): its pods are mixed, and what it leaves
 	// if it undoes its own intent must say so (undoIntent).
 	overMixed bool
-	sent      bool          // a restart was sent
+	sent      atomic.Bool   // a restart request was sent (restart goroutines)
 	pods      []podRef      // pods[i].rv is refreshed by its wave and its restart
 	state     []podState    // state[i] is pods[i]'s, written by its restart's goroutine
 	indexed   *indexed      // set when the round took its pods from the pod index (sweep.go)
@@ -123,16 +123,20 @@ var (
 	errIntentLost = errors.New("the round's intent is not on the object")
 )
 
-// current is the one currency check, asked before every write (intent,
-// each restart and retry, record): nil if this replica may act and round
-// r (nil for an adoption or a record without a round) is still the current
-// one for the object as obj shows it.
+// current is the one currency check, asked right before every write
+// request (intent, each restart and retry, halt, record), after whatever
+// that request waited for: nil if this replica may act, the namespace is
+// opted in, and round r (nil for an adoption or a record without a round)
+// is still the current one for the object as obj shows it.
 func (c *Controller) current(ctx context.Context, key string, obj object, r *round) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !c.mayAct() {
 		return errNotLeader
+	}
+	if !c.optedIn(obj.namespace) {
+		return fmt.Errorf("namespace %s opted out: %w", obj.namespace, errSuperseded)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -197,8 +201,20 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	if e.ended {
 		// A view ended the round (someone's record or intent, other
 		// data or selector): its worker, here, lets it go.
-		e.round, e.ended, e.ourIntent = nil, false, ""
+		gone, undo := e.letGo()
 		c.pruneHalted()
+		if undo.present() {
+			obj := e.obj
+			c.mu.Unlock()
+			if c.onlyItsPods(ctx, obj.namespace, gone) {
+				c.undoIntent(ctx, key, obj, gone, undo, c.log.With("namespace", obj.namespace, obj.kind.logKey(), obj.name))
+			}
+			c.mu.Lock()
+			if e = c.entries[key]; e == nil || !e.exists {
+				c.mu.Unlock()
+				return resultGone, 0, nil
+			}
+		}
 	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
 	halt := e.shown().halted
@@ -388,10 +404,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 }
 
 // writeIntent writes I: round r for obj.hash over pods. An intent too large
-// for the annotations falls back to the form that names no pods. Found
-// superseded after the write, a round that has restarted nothing removes
-// the intent again: no pod ran its data, and left behind it would read as
-// pods mixed (undoIntent, which leaves that where they are).
+// for the annotations falls back to the form that names no pods.
 func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r *round, pods []podRef, log *slog.Logger) error {
 	in := newIntent(obj.hash, pods)
 	err := c.writeIntentText(ctx, key, obj, r, in)
@@ -407,12 +420,6 @@ func (c *Controller) writeIntent(ctx context.Context, key string, obj object, r 
 	}
 	if err != nil {
 		return fmt.Errorf("record the round in progress: %w", err)
-	}
-	if err := c.current(ctx, key, obj, r); err != nil {
-		if errors.Is(err, errSuperseded) && !r.resumed && !r.sent {
-			c.undoIntent(ctx, key, obj, r, in, log)
-		}
-		return err
 	}
 	return nil
 }
@@ -441,12 +448,33 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 	})
 }
 
-// undoIntent removes intent in, written for round r found superseded
-// before it restarted anything, unless someone wrote another since. A
-// round that began over mixed pods leaves mixedIntent instead: the intent
-// it replaced said so, and removed, the next round would take every pod
-// for one on R (for a resumed intent, on its data). It is the one write
-// that does not ask current: it undoes.
+// onlyItsPods: the pods r's selection picks now are all pods r took. One
+// created since it took them (a scale-up while it settled) runs its data:
+// the pods are mixed, and its intent stays. Where the pods cannot be seen,
+// it stays too: a restart too many, not a pod left on other data.
+func (c *Controller) onlyItsPods(ctx context.Context, namespace string, r *round) bool {
+	live, err := c.selectedNow(ctx, namespace, r.sel)
+	if err != nil {
+		return false
+	}
+	taken := make(map[string]bool, len(r.pods))
+	for _, p := range r.pods {
+		taken[p.uid] = true
+	}
+	for _, p := range live {
+		if !p.terminating && p.live() && !taken[p.uid] {
+			return false
+		}
+	}
+	return true
+}
+
+// undoIntent removes intent in, written for a round superseded before it
+// restarted anything (letGo, onlyItsPods), unless someone wrote another
+// since. A round that began over mixed pods leaves mixedIntent instead:
+// the intent it replaced said so, and removed, the next round would take
+// every pod for one on R. It is the one write that does not ask current:
+// it undoes.
 func (c *Controller) undoIntent(ctx context.Context, key string, obj object, r *round, in intent, log *slog.Logger) {
 	w := stateWrite{undo: true, mixed: r.overMixed}
 	c.mu.Lock()
@@ -463,7 +491,13 @@ func (c *Controller) undoIntent(ctx context.Context, key string, obj object, r *
 	var rv uint64
 	if c.recordsOnServer() {
 		var err error
-		if rv, after.holder, err = c.writeAnnotations(ctx, obj, w, after); err != nil {
+		leads := func() error {
+			if !c.mayAct() {
+				return errNotLeader
+			}
+			return nil
+		}
+		if rv, after.holder, err = c.writeAnnotations(ctx, obj, w, after, leads); err != nil {
 			// The next round writes its own intent; until then the
 			// model reads this one as pods mixed, which errs on a
 			// restart too many.
@@ -579,7 +613,13 @@ func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 // once an event shows it so (within c.replacedWait): a 409 or 404 that no
 // replacement caused (an admission webhook's) is retried.
 func (c *Controller) writeState(ctx context.Context, key string, obj object, r *round, w stateWrite, apply func(e *entry)) error {
-	if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
+	may := func() error {
+		if err := c.current(ctx, key, obj, r); err != nil && !errors.Is(err, errIntentLost) {
+			return err
+		}
+		return nil
+	}
+	if err := may(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -594,7 +634,7 @@ func (c *Controller) writeState(ctx context.Context, key string, obj object, r *
 	var written uint64
 	if c.recordsOnServer() {
 		var err error
-		written, after.holder, err = c.writeAnnotations(ctx, obj, w, after)
+		written, after.holder, err = c.writeAnnotations(ctx, obj, w, after, may)
 		what := "the record"
 		if w.intent != nil {
 			what = "the intent"
@@ -676,10 +716,11 @@ func (c *Controller) credit(key string, obj object) {
 
 // writeAnnotations writes w, which leaves after, where the object's kind
 // keeps R and I, and returns the revision the server answered and the uid
-// of the object that holds them (after.holder when not told).
-func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWrite, after stored) (uint64, string, error) {
+// of the object that holds them (after.holder when not told); may is asked
+// again before a request that follows a wait.
+func (c *Controller) writeAnnotations(ctx context.Context, obj object, w stateWrite, after stored, may func() error) (uint64, string, error) {
 	if obj.kind == kindSecret {
-		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after) // apiclient hides the digest in refusals
+		rv, holder, err := c.writeSecretState(ctx, obj, after.holder, after, may) // apiclient hides the digest in refusals
 		return rv, cmp.Or(holder, after.holder), err
 	}
 	rv, err := c.patchAnnotations(ctx, obj, w.annotations(obj.hash, obj.keys, obj.stored.recordedKeys != ""))

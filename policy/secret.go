@@ -170,7 +170,9 @@ var errForeignState = errors.New("a ConfigMap of this name exists and is not con
 // refused (a changed uid is a conflict); without one it creates it, and if
 // one exists, takes it only once a view shows it ours. The ConfigMap is
 // owned by the Secret: the garbage collector removes it with the Secret.
-func (c *Controller) writeSecretState(ctx context.Context, obj object, holder string, st stored) (uint64, string, error) {
+// may is the writer's check, asked again before the patch that follows a
+// wait for a view.
+func (c *Controller) writeSecretState(ctx context.Context, obj object, holder string, st stored, may func() error) (uint64, string, error) {
 	name := stateName(obj.name)
 	annotations := map[string]any{
 		StateOfSecretAnnotation:    obj.name,
@@ -225,6 +227,9 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, holder st
 		// created by another replica's last term (a view shows it), or
 		// someone else's.
 		if ours := c.waitStateHolder(ctx, obj, holder); ours != "" {
+			if err := may(); err != nil {
+				return 0, "", err
+			}
 			answer, err = patch(ours)
 		} else {
 			err = fmt.Errorf("ConfigMap %s/%s: %w", obj.namespace, name, errForeignState)

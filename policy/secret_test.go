@@ -660,6 +660,34 @@ func TestForeignConfigMapOfTheStateNameIsNeverWritten(t *testing.T) {
 	}
 }
 
+// TestSecretStateWriteAfterItsWaitAsksCurrent ensures the write of a
+// Secret's state that waited for a view of its state ConfigMap (created by
+// another replica's term: the create found it) asks again whether it may
+// act before it patches: the lease lapsed during the wait.
+func TestSecretStateWriteAfterItsWaitAsksCurrent(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
+	var leading atomic.Bool
+	leading.Store(true)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, MayAct: leading.Load})
+	var refused atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/configmaps") && refused.CompareAndSwap(false, true) {
+			// Refused 409 below; meanwhile the lease lapses, then the
+			// view that shows the ConfigMap ours comes.
+			leading.Store(false)
+			handle(t, c, watch.Added, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), ""))
+		}
+		return 0, "", false
+	}
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
+	listConfigMaps(t, c)
+	start(t, c)
+	settle(t, c)
+	require.True(t, refused.Load(), "the adoption's record tried to create the state ConfigMap")
+	assert.Empty(t, api.seen(http.MethodPatch, "configmaps"), "written after the lease lapsed")
+}
+
 // TestDeletedStateIsTold ensures a state ConfigMap deleted while its
 // Secret is ours is told (a StateRemoved Warning Event): had the
 // controller been down, the Secret would have been adopted as it is.

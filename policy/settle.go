@@ -22,7 +22,7 @@ import (
 // change of an object of its namespace that selects one of its pods (its
 // own included). 0: it may restart now.
 func (c *Controller) settleWait(obj object, r *round, view []livePod, now time.Time) time.Duration {
-	if c.cfg.Settle <= 0 || r.sent || r.resumed {
+	if c.cfg.Settle <= 0 || r.sent.Load() || r.resumed {
 		return 0
 	}
 	type other struct {

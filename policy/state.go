@@ -186,6 +186,22 @@ func (e *entry) apply(obj object) verdict {
 	return v
 }
 
+// letGo drops the round a view ended, and returns it with its intent if
+// that may be removed: the round was superseded before its first restart
+// (right after its intent's write, while it settled, or while its budget
+// allowed none), so none of its pods ran its data, and left behind the
+// intent would read as pods mixed and restart every pod (reconcile asks
+// onlyItsPods first). A resumed round's intent is an earlier round's,
+// which may have restarted some.
+func (e *entry) letGo() (r *round, undo intent) {
+	r, ours := e.round, e.ourIntent
+	e.round, e.ended, e.ourIntent = nil, false, ""
+	if r == nil || r.sent.Load() || r.resumed || ours == "" || e.i.text != ours || e.shown().intent.text != ours {
+		return r, intent{}
+	}
+	return r, e.i
+}
+
 // shown is R and I as the server has them, as far as the entry knows: the
 // latest view applied, or our last write if it is newer.
 func (e *entry) shown() stored {

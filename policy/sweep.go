@@ -68,7 +68,6 @@ const defaultCatchUpWait = 500 * time.Millisecond
 // is closed).
 type indexed struct {
 	index *podindex.Index
-	lists uint64 // the index's lists when the round began
 	// swept: the membership is complete. listOnly: the index could not
 	// catch up in time, and the round's later waves list while it does not
 	// show every pending pod.
@@ -135,8 +134,8 @@ func (x *indexed) startedBefore(ctx context.Context, namespace string, p podRef,
 	if p.version < first {
 		return true // its latest revision is older still (or not a number)
 	}
-	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
-	return !known || lists != x.lists || created < first
+	created, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
+	return !known || created < first
 }
 
 // createdAbove reports whether the index saw p created above revision
@@ -145,8 +144,8 @@ func (x *indexed) createdAbove(ctx context.Context, namespace string, p podRef, 
 	if p.version <= floor {
 		return false // its latest revision is no later
 	}
-	created, lists, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
-	return known && lists == x.lists && created > floor
+	created, known := x.index.Created(ctx, namespace, p.uid, max(time.Until(deadline), 0))
+	return known && created > floor
 }
 
 // indexFor returns the index of namespace if one can answer now.
@@ -157,14 +156,13 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 	return c.cfg.Pods.Cover(namespace)
 }
 
-// viewOf returns every pod of namespace: from the index (x, after lists
-// of it) where one watches and the round has not fallen back to lists,
-// else from a LIST (x nil). A view whose pods' resourceVersions are not
-// numbers is not the index's: preconditions and bounds could not be
-// compared.
-func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, lists uint64, err error) {
+// viewOf returns every pod of namespace: from the index (x) where one
+// watches and the round has not fallen back to lists, else from a LIST (x
+// nil). A view whose pods' resourceVersions are not numbers is not the
+// index's: preconditions and bounds could not be compared.
+func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, err error) {
 	if x = c.indexFor(namespace); x != nil {
-		if recs, lists, ok := x.View(namespace); ok {
+		if recs, ok := x.View(namespace); ok {
 			view = make([]livePod, len(recs))
 			opaque := false
 			for i, rec := range recs {
@@ -175,12 +173,12 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 			case opaque:
 				c.sayOpaque(namespace)
 			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, view):
-				return view, x, lists, nil
+				return view, x, nil
 			}
 		}
 	}
 	view, err = c.listNamespace(ctx, namespace)
-	return view, nil, 0, err
+	return view, nil, err
 }
 
 // showsPending: every pending pod of r is in view. A round whose sweep
@@ -212,7 +210,7 @@ func (c *Controller) sayOpaque(namespace string) {
 // LIST.
 func (c *Controller) selectedNow(ctx context.Context, namespace string, sel *selection) ([]livePod, error) {
 	if x := c.indexFor(namespace); x != nil {
-		if recs, _, ok := x.View(namespace); ok {
+		if recs, ok := x.View(namespace); ok {
 			var pods []livePod
 			for _, rec := range recs {
 				if p := fromRecord(rec); sel.selects(&p) && !c.cfg.OwnPod.Spares(namespace, p.name, p.uid, p.owner.uid) {
@@ -328,7 +326,7 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 	var seen []livePod
 	caught := false
 	if !x.listOnly && !opaque && c.indexFor(obj.namespace) == x.index && x.index.CaughtUp(ctx, bound, min(time.Until(deadline), c.catchUpWait)) {
-		if recs, lists, ok := x.index.View(obj.namespace); ok && lists == x.lists {
+		if recs, ok := x.index.View(obj.namespace); ok {
 			caught = true
 			for _, rec := range recs {
 				if p := fromRecord(rec); r.sel.selects(&p) && !c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid) {

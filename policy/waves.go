@@ -100,12 +100,12 @@ var errMembersAdded = errors.New("pods added to the round")
 // (complete) before it is recorded.
 func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
-	view, x, lists, err := c.viewOf(ctx, obj.namespace, r)
+	view, x, err := c.viewOf(ctx, obj.namespace, r)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	b := c.budgetOf(obj.namespace)
-	c.take(b, obj, r, view, x, lists, log)
+	c.take(b, obj, r, view, x, c.takeCutoff(ctx, obj.namespace, r, view, x), log)
 	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
 		return c.completed(ctx, key, obj, r, log)
@@ -190,35 +190,29 @@ func (c *Controller) completed(ctx context.Context, key string, obj object, r *r
 
 // take makes the first wave's view the round's, once: its pods are the
 // selected, live pods that are not terminating (for a resumed round, those
-// its intent names). Pods created after it run the new data. A view from
-// the index (x) may lack pods created just before: the round's membership
-// is completed later (complete).
-func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, x *podindex.Index, lists uint64, log *slog.Logger) {
+// its intent names), but those the index saw created above cutoff
+// (takeCutoff). Pods created after it run the new data. A view from the
+// index (x) may lack pods created just before: the round's membership is
+// completed later (complete).
+func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []livePod, x *podindex.Index, cutoff uint64, log *slog.Logger) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r.listed {
 		return
-	}
-	cutoff := uint64(math.MaxUint64)
-	if x != nil {
-		cutoff, _ = b.seenAfter(r.seenAt) // a DELETE in flight: its replacement may be taken, a restart too many
-		if rv, ok := r.mark.resolved(); ok {
-			cutoff = min(cutoff, rv)
-		}
 	}
 	for _, p := range view {
 		switch {
 		case p.terminating || !p.live() || !r.sel.selects(&p):
 		case c.cfg.OwnPod.Spares(obj.namespace, p.name, p.uid, p.owner.uid):
 			c.log.Debug("not deleting own pod", "namespace", obj.namespace, "pod", p.name)
-		case cutoff != math.MaxUint64 && createdAfter(x, obj.namespace, p.uid, lists, cutoff):
+		case cutoff != math.MaxUint64 && createdAfter(x, obj.namespace, p.uid, cutoff):
 			log.Info("leaving pod created after the change was seen", "pod", p.name)
 		case r.only == nil || r.only[p.uid]:
 			r.pods = append(r.pods, p.podRef)
 		}
 	}
 	if x != nil {
-		r.indexed = &indexed{index: x, lists: lists, answered: math.MaxUint64}
+		r.indexed = &indexed{index: x, answered: math.MaxUint64}
 	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
@@ -229,11 +223,39 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 }
 
-// createdAfter: the index saw pod uid created (its ADDED event, in the
-// same list as the view) above revision cutoff.
-func createdAfter(x *podindex.Index, namespace, uid string, lists, cutoff uint64) bool {
-	created, at, known := x.Created(context.Background(), namespace, uid, 0)
-	return known && at == lists && created > cutoff
+// takeCutoff returns the lowest pod revision known to follow the moment
+// round r's change was seen (seenCutoff), for take; math.MaxUint64 where
+// none is, or r has taken its pods. The index may show another round's
+// deletion and its replacement before that DELETE's answer is back: where
+// the view shows a pod the index saw created above r.seenFloor (after what
+// it had shown when the change was seen: perhaps such a replacement), the
+// answers and the mark are waited for, up to catchUpWait; only then, so
+// that rounds over pods that were all there before their change wait for
+// none of one another's requests. One still missing then may make a restart
+// too many, never one too few.
+func (c *Controller) takeCutoff(ctx context.Context, namespace string, r *round, view []livePod, x *podindex.Index) uint64 {
+	if x == nil || r.listed {
+		return math.MaxUint64
+	}
+	if r.only == nil { // a resumed round takes what its intent names, all created before it
+		for i := range view {
+			p := &view[i]
+			if p.terminating || !p.live() || !r.sel.selects(p) {
+				continue
+			}
+			if created, known := x.Created(ctx, namespace, p.uid, 0); known && created > r.seenFloor {
+				return c.seenCutoff(ctx, namespace, r, c.catchUpWait)
+			}
+		}
+	}
+	return c.seenCutoff(ctx, namespace, r, 0)
+}
+
+// createdAfter: the index saw pod uid created (its ADDED event) above
+// revision cutoff.
+func createdAfter(x *podindex.Index, namespace, uid string, cutoff uint64) bool {
+	created, known := x.Created(context.Background(), namespace, uid, 0)
+	return known && created > cutoff
 }
 
 // nextLook returns when round r, waiting, looks again. Without an index

@@ -1,0 +1,126 @@
+package policy
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestReviewTurn5PodFirstListedAfterTheCutoffIsLeft ensures a pod created
+// before a change was seen is restarted for it even when the pod index
+// first shows it in a relist (its ADDED event lost with a 410) that came
+// after the change's cutoff and before the round took its pods: a listed
+// pod's revision is that of its last update, not of its creation.
+func TestReviewTurn5PodFirstListedAfterTheCutoffIsLeft(t *testing.T) {
+	api := newFakeAPI(t, &fakePod{name: "a-1", uid: "uid-a-1", labels: map[string]string{"app": "a"}})
+	api.listsAtRevision = true // the mark's LIST answers the revision of the latest write
+	x := mirror(t, api, nil)   // the index shows a-1 only
+	release := make(chan struct{})
+	var once sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/a-1") {
+			once.Do(func() { <-release }) // a's round holds the only worker
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Workers: 1}, x))
+	start(t, c)
+
+	a := cmSpec{name: "a-config", uid: "uid-a", selector: ptr("app=a"), recorded: hashOf(t, v1), data: v2}
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return len(api.seen(http.MethodDelete, "pods")) == 1 }, waitFor, time.Millisecond)
+
+	// b-1 is created; its ADDED event does not reach the index (yet).
+	b1 := api.addPod("b-1", map[string]string{"app": "b"})
+	// b's change is seen while a's round is in progress: its mark is sent.
+	handle(t, c, watch.Modified, cmSpec{name: "b-config", uid: "uid-b", selector: ptr("app=b"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.entries["ns/b-config"].mark.resolved()
+		return ok
+	}, waitFor, time.Millisecond)
+	// b-1's kubelet reports it Ready; the pod watch ends with a 410 and
+	// the index relists: it first shows b-1 at that later revision.
+	api.mu.Lock()
+	api.revision++
+	api.pods["b-1"].ready, api.pods["b-1"].version = true, api.revision
+	x.BeginList()
+	for _, p := range api.pods {
+		x.Handle(podEvent(t, watch.Synced, *p))
+	}
+	x.EndList()
+	x.Progress(strconv.FormatUint(api.revision, 10))
+	api.mu.Unlock()
+	close(release)
+
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Contains(t, api.removedPods(), "b-1",
+		"b-1 (uid %s) was created before b's change was seen and runs its old data", b1.uid)
+}
+
+// TestReviewTurn5PacedRestartAsksCurrentAfterItsToken ensures a restart
+// that waited for a token of MAX_RESTARTS_PER_SECOND asks whether its round
+// is still current before it is sent: the selector changed meanwhile (or
+// the replica stopped leading), and the pods the round took are no longer
+// selected.
+func TestReviewTurn5PacedRestartAsksCurrentAfterItsToken(t *testing.T) {
+	for _, how := range []string{"selector changed", "lease lost"} {
+		t.Run(how, func(t *testing.T) {
+			var pods []*fakePod
+			for i := range 11 { // the burst is 10: the eleventh waits a second
+				pods = append(pods, &fakePod{name: "web-" + strconv.Itoa(i), uid: "uid-web-" + strconv.Itoa(i), labels: map[string]string{"app": "web"}})
+			}
+			api := newFakeAPI(t, pods...)
+			var leading atomic.Bool
+			leading.Store(true)
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100},
+				MaxRestartsPerSecond: 1, MayAct: leading.Load})
+			start(t, c)
+
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return len(api.deletedPods()) == 10 }, waitFor, time.Millisecond)
+			if how == "selector changed" {
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web,tier=none"), recorded: hashOf(t, v1), data: v2})
+			} else {
+				leading.Store(false)
+			}
+			time.Sleep(1500 * time.Millisecond) // the eleventh's token comes
+			assert.Len(t, api.deletedPods(), 10, "a DELETE sent after its round ended (%s)", how)
+		})
+	}
+}
+
+// TestReviewTurn5SettlingRoundSupersededLeavesNoIntent ensures a change set
+// back while its round waits to settle restarts nothing: the round wrote
+// its intent before the wait, restarted no pod, and was superseded. Left
+// behind, that intent reads as "pods mixed" (design.md says so of an
+// intent superseded right after its write, which is removed): every pod is
+// restarted for data they all run.
+func TestReviewTurn5SettlingRoundSupersededLeavesNoIntent(t *testing.T) {
+	api, c, m := settleTest(t, 300*time.Millisecond)
+	start(t, c)
+	a := settleSpec("a")
+	a.recorded, a.data = hashOf(t, v1), v2
+	handle(t, c, watch.Modified, a)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) == 1 }, waitFor, time.Millisecond, "the round wrote its intent and settles")
+	require.Len(t, api.intents(), 1)
+
+	a.data, a.intent, a.rv = v1, api.intents()[0], api.patchRV(0) // set back, as the server shows it
+	handle(t, c, watch.Modified, a)
+	time.Sleep(500 * time.Millisecond) // past SETTLE
+	settle(t, c)
+
+	assert.Empty(t, api.removedPods(), "no pod ever ran v2, and the data is v1 again")
+	assert.Empty(t, api.recordedHashes())
+}
