@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -245,7 +246,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired, err := c.owners.desired(uid)
 		if err != nil {
 			desired = r.mostSeen[uid]
-			if r.estimate == nil {
+			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
 		}

@@ -35,6 +35,10 @@ const scaleReadEvery = time.Second
 // errNoScale: the owner's kind has no scale subresource (a DaemonSet, a Job).
 var errNoScale = errors.New("its kind has no scale subresource")
 
+// errNotRead: no read of the owner's scale was asked for (no pod needed
+// the budget) or it has not been answered: nothing failed.
+var errNotRead = errors.New("not read yet")
+
 // knownScales are the scale subresources of the owners of most pods,
 // by apiVersion and kind: no discovery is needed for them.
 var knownScales = map[[2]string]string{
@@ -119,7 +123,7 @@ func (o *owners) desired(uid string) (int, error) {
 	s := o.scales[uid]
 	switch {
 	case s == nil || !isDone(s.done):
-		return 0, errors.New("not read yet")
+		return 0, errNotRead
 	case s.err != nil:
 		return 0, s.err
 	}
