@@ -56,7 +56,10 @@
 //	allowed; namespaceBudget.inFlight,      rounds' waves count this one's budget
 //	deletions                               (restart goroutines note deletions)
 //	round.blocked, firstRestart             atomic: restart goroutines
-//	owners (scale reads, discovery)         its own lock
+//	owners (scale reads, discovery)         its own lock (after c.mu or the
+//	                                        budget's); kept while a round
+//	                                        that asked is in progress
+//	                                        (forget, after each reconcile)
 //	the pods (podindex.Index)               its own lock; the watch writes,
 //	                                        rounds read copies (View); its
 //	                                        OnChange runs outside it, and

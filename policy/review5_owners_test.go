@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,4 +29,32 @@ func TestReviewTurn5NoEstimateSaidWhereNoScaleWasRead(t *testing.T) {
 	assert.Empty(t, api.seen(http.MethodGet, "scale"), "no pod needed the budget: no scale read")
 	assert.Empty(t, eventText(rec, "ExpectedPodsEstimated"), "no read failed")
 	assert.Zero(t, m.OwnerReadsFailed.Value("error"))
+}
+
+// TestReviewTurn5OwnersForgottenWithTheirRounds ensures the desired
+// replicas read for a round are not kept once no round needs them: the
+// cache is bounded by the owners of the rounds in progress (owners.forget
+// says so), not by every ReplicaSet any round ever read (one more at each
+// rollout of each Deployment).
+func TestReviewTurn5OwnersForgottenWithTheirRounds(t *testing.T) {
+	var pods []*fakePod
+	for i := range 3 {
+		for _, p := range owned("app"+strconv.Itoa(i), 2) {
+			pods = append(pods, p)
+		}
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceDeleted(func() bool { return true })
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	for i := range 3 {
+		handle(t, c, watch.Modified, cmSpec{name: "cm-" + strconv.Itoa(i), uid: "cm-uid-" + strconv.Itoa(i), selector: ptr("app=app" + strconv.Itoa(i)), recorded: hashOf(t, v1), data: v2})
+	}
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 3 }, waitFor, time.Millisecond)
+	settle(t, c)
+	require.GreaterOrEqual(t, len(api.seen(http.MethodGet, "scale")), 3, "each round read its owner's scale")
+
+	c.owners.mu.Lock()
+	defer c.owners.mu.Unlock()
+	assert.Empty(t, c.owners.scales, "no round in progress, yet the scales of every owner ever read are kept")
 }

@@ -132,7 +132,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	var intentErr error
 	wg.Go(func() { intentErr = c.ensureIntent(ctx, key, obj, r, log) })
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
-		c.owners.refresh(ctx, obj.namespace, c.ownersToRead(r, others, view, pending))
+		c.owners.refresh(ctx, r, obj.namespace, c.ownersToRead(r, others, view, pending))
 	}
 	wg.Wait()
 	if intentErr != nil {
