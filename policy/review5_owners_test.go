@@ -58,3 +58,33 @@ func TestReviewTurn5OwnersForgottenWithTheirRounds(t *testing.T) {
 	defer c.owners.mu.Unlock()
 	assert.Empty(t, c.owners.scales, "no round in progress, yet the scales of every owner ever read are kept")
 }
+
+// TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound ensures a round
+// over a DaemonSet's pods (no scale subresource: expected is the most of
+// its pods seen) still completes when a node goes away mid-round: the
+// DaemonSet then wants one pod fewer, and with 3 pods all Ready a budget
+// of 1 allows the next restart. Counting the 4 seen once forever leaves
+// the other pods on the old data: the round halts and never goes on.
+func TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound(t *testing.T) {
+	pods := podsOf("RRRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	replace := api.afterDelete
+	api.afterDelete = func(p fakePod) {
+		replace(p)
+		if p.name == "web-1" {
+			delete(api.pods, "web-4") // its node is removed: the DaemonSet has 3 pods from now on
+		}
+	}
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Events: rec, ProgressDeadline: 300 * time.Millisecond})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+
+	done := assert.Eventually(t, func() bool { return len(api.deletedPods()) == 3 }, 3*time.Second, 10*time.Millisecond)
+	assert.True(t, done, "web-2 and web-3 left on the old data: deleted %v; %s", api.deletedPods(), eventText(rec, "RolloutHalted"))
+}
