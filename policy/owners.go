@@ -26,8 +26,8 @@ import (
 type scaleRead struct {
 	done     chan struct{}
 	replicas int
-	at       time.Time
-	err      error // why it could not be read; replicas is then unknown
+	sent, at time.Time // when the read was sent, and answered
+	err      error     // why it could not be read; replicas is then unknown
 }
 
 // scaleReadEvery bounds how often one owner's scale is read.
@@ -102,7 +102,7 @@ func (o *owners) refresh(ctx context.Context, r *round, namespace string, list [
 		a.uids[owner.uid], a.versions[owner.apiVersion] = true, true
 		s := o.scales[owner.uid]
 		if s == nil || (isDone(s.done) && now.Sub(s.at) >= scaleReadEvery) {
-			s = &scaleRead{done: make(chan struct{})}
+			s = &scaleRead{done: make(chan struct{}), sent: now}
 			o.scales[owner.uid] = s
 			go func() {
 				defer close(s.done)
@@ -146,6 +146,26 @@ func (o *owners) desired(uid string) (int, error) {
 		return 0, s.err
 	}
 	return s.replicas, nil
+}
+
+// readAgainAt returns when the first owner of list whose scale was read
+// no later than t (a wave's view) may be read again; zero if none. What
+// the view shows may follow a change of scale the read missed (a
+// scale-down's deletions), and the new scale itself comes as no pod event.
+func (o *owners) readAgainAt(list []ownerRef, t time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var first time.Time
+	for _, owner := range list {
+		s := o.scales[owner.uid]
+		if s == nil || !isDone(s.done) || s.sent.After(t) {
+			continue
+		}
+		if at := s.at.Add(scaleReadEvery); first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
 }
 
 // forget drops the scales and discovery documents that no round in
