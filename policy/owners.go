@@ -158,8 +158,8 @@ func (o *owners) readAgainAt(list []ownerRef, t time.Time) time.Time {
 	var first time.Time
 	for _, owner := range list {
 		s := o.scales[owner.uid]
-		if s == nil || !isDone(s.done) || s.sent.After(t) {
-			continue
+		if s == nil || !isDone(s.done) || s.sent.After(t) || errors.Is(s.err, errNoScale) {
+			continue // read since, or no scale to read
 		}
 		if at := s.at.Add(scaleReadEvery); first.IsZero() || at.Before(first) {
 			first = at
