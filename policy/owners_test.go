@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +181,23 @@ func TestOwnersKeepWhatRoundsInProgressAskedFor(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Len(t, paths, before, "no request for an apiVersion past the cap")
+}
+
+// TestScaleReadBeforeTheViewIsReadAgain ensures a wave that counted a scale
+// read sent no later than its view is told when the owner may be read
+// again, and that one read since, or of a kind without scale, asks for no
+// look.
+func TestScaleReadBeforeTheViewIsReadAgain(t *testing.T) {
+	view := time.Now()
+	answered := view.Add(-300 * time.Millisecond)
+	done := make(chan struct{})
+	close(done)
+	o := newOwners(nil)
+	o.scales["before"] = &scaleRead{done: done, sent: view.Add(-400 * time.Millisecond), at: answered}
+	o.scales["since"] = &scaleRead{done: done, sent: view.Add(time.Millisecond), at: view.Add(2 * time.Millisecond)}
+	o.scales["ds"] = &scaleRead{done: done, sent: view.Add(-time.Second), at: view.Add(-time.Second), err: errNoScale}
+	ref := func(uid string) ownerRef { return ownerRef{"apps/v1", "ReplicaSet", uid, uid} }
+
+	assert.Equal(t, answered.Add(scaleReadEvery), o.readAgainAt([]ownerRef{ref("before"), ref("since"), ref("ds")}, view))
+	assert.Zero(t, o.readAgainAt([]ownerRef{ref("since"), ref("ds"), ref("never-read")}, view))
 }
