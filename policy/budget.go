@@ -21,8 +21,8 @@ import (
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
 //     LIST while the old pod's grace period runs, shows both), less the
-//     pods that stopped running since, not restarted by a round (left by
-//     other hands: a DaemonSet that lost a node wants one fewer for good);
+//     pods gone since that no round restarted (left by other hands: a
+//     DaemonSet that lost a node wants one fewer for good);
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -234,23 +234,25 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 			available++
 		}
 	}
-	// Pods that ran at the last count and no longer do, that no round of
-	// the namespace restarted, left by other hands (a DaemonSet's node
-	// removed, a scale-down, an eviction): their owner is estimated to
-	// want that many fewer.
+	// Pods live at the last count and gone (or finished) since, that no
+	// round of the namespace restarted, left by other hands (a DaemonSet's
+	// node removed, a scale-down): their owner is estimated to want that
+	// many fewer. Gone, not terminating: a pod that is replaced (drained,
+	// deleted) has its replacement running by then, which the estimate
+	// never falls below.
 	left := map[string]int{}
-	running := make(map[string]string, len(r.running))
+	live := make(map[string]string, len(r.live))
 	for i := range view {
-		if p := &view[i]; p.owned() && p.live() && !p.terminating {
-			running[p.uid] = p.owner.uid
+		if p := &view[i]; p.owned() && p.live() {
+			live[p.uid] = p.owner.uid
 		}
 	}
-	for uid, owner := range r.running {
-		if _, ours := b.inFlight[uid]; running[uid] == "" && !ours {
+	for uid, owner := range r.live {
+		if _, ours := b.inFlight[uid]; live[uid] == "" && !ours {
 			left[owner]++
 		}
 	}
-	r.running = running
+	r.live = live
 	expected := 0
 	for uid, o := range byOwner {
 		seen, before := r.mostSeen[uid]

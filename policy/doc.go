@@ -52,7 +52,7 @@
 //	                                        is closed; then the worker
 //	round.state[i]                          the goroutine restarting pods[i],
 //	                                        joined before the worker reads it
-//	round.listed, mostSeen, running,        the namespace budget's lock: other
+//	round.listed, mostSeen, live,           the namespace budget's lock: other
 //	estimate, allowed;                      rounds' waves count this one's budget
 //	namespaceBudget.inFlight, deletions     (restart goroutines note deletions)
 //	round.blocked, firstRestart             atomic: restart goroutines

@@ -608,3 +608,34 @@ func (m memAPI) MergePatch(ctx context.Context, path string, patch []byte) ([]by
 }
 
 var _ API = memAPI{}
+
+// TestEstimateKeepsAPodDrainedUntilItIsGone ensures a pod that others
+// delete mid-round still counts in its estimated owner's expected pods
+// while it terminates: its owner replaces it (a drain), and until then it
+// is a pod down, so no Ready pod goes in its place. Only a pod gone since
+// the last count lowers the estimate (a DaemonSet's node removed).
+func TestEstimateKeepsAPodDrainedUntilItIsGone(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.graceful = true
+	api.replaceNotReady()
+	api.readyOnceListed()
+	listed := api.fault
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") {
+			return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"cannot get resource \"replicasets/scale\""}`, true
+		}
+		api.mu.Lock()
+		if len(api.removed) == 1 && !api.pods["web-4"].terminating {
+			api.revision++
+			api.pods["web-4"].terminating, api.pods["web-4"].version = true, api.revision // drained: its replacement comes later
+		}
+		api.mu.Unlock()
+		return listed(r)
+	}
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 200 * time.Millisecond, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return hasReason(rec, "RolloutHalted")() || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-4 terminating: 3 of 4 expected available, none more may go")
+}

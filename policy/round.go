@@ -50,12 +50,12 @@ type round struct {
 
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
-	// the namespace budget's lock, which also guards mostSeen, running,
+	// the namespace budget's lock, which also guards mostSeen, live,
 	// estimate and allowed (other rounds' waves count this one's budget too).
 	listed   bool
 	only     map[string]bool   // a resumed round's intent: the pods it names (nil: all)
 	mostSeen map[string]int    // by owner uid: the most of its live pods seen (budget.go)
-	running  map[string]string // pod uid → owner uid: its owned pods running at the last count
+	live     map[string]string // pod uid → owner uid: the owned live pods of the last count
 	estimate *estimate         // the first owner whose desired replicas could not be read
 	allowed  int               // how many more pods may go unavailable, as last counted
 	progress time.Time         // its latest restart, or its first wave
