@@ -157,11 +157,11 @@ func TestWavesHaltedRoundGoesOnWhenPodsBecomeReady(t *testing.T) {
 
 // TestWavesGoOnOnceTheDeploymentScalesDown ensures a round over 8 Ready pods
 // with MAX_UNAVAILABLE=2, whose Deployment is scaled to 4 right after the first
-// wave while its replacements are still starting, goes on as soon as they are
-// Ready: the round is recorded within scaleDownBound, far under the minute a
-// waiting round takes to look by itself (the scale-down's deletions came
-// within a second of the round's last read of the scale, which told 8), each
-// old pod the round still selects restarted once, and no replacement.
+// wave while its replacements are still starting, goes on once the pods left
+// are Ready: the round is recorded within scaleDownBound of that, far under the
+// minute a waiting round takes to look by itself (the scale-down's deletions
+// come within a second of the round's last read of the scale, which told 8),
+// each old pod the round still selects restarted once, and no replacement.
 func TestWavesGoOnOnceTheDeploymentScalesDown(t *testing.T) {
 	const replicas, scaledTo, maxUnavailable = 8, 4, 2
 	// scaleDownBound is far under the minute of a round's own looks, and
@@ -197,7 +197,7 @@ func TestWavesGoOnOnceTheDeploymentScalesDown(t *testing.T) {
 		recorded, intent := cm.Metadata.Annotations[restartedAnnotation], cm.Metadata.Annotations[restartingAnnotation]
 		return recorded != f.adopted && intent == "", fmt.Sprintf("recorded %q, intent %q", recorded, intent)
 	})
-	t.Logf("round recorded %s after the replacements' readiness", time.Since(readyAt).Round(time.Millisecond))
+	t.Logf("round recorded %s after the pods left were Ready", time.Since(readyAt).Round(time.Millisecond))
 	f.c.Settle(t, f.ns)
 	deletes := deletesByPod(podDeletes(t, f.ns, adminUser))
 	assert.GreaterOrEqual(t, len(deletes), scaledTo, "the first wave, and the old pods the scale-down left: %v", deletes)
