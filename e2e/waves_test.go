@@ -155,6 +155,58 @@ func TestWavesHaltedRoundGoesOnWhenPodsBecomeReady(t *testing.T) {
 	assert.Zero(t, f.c.Metric(t, "config_watcher_rounds_halted"))
 }
 
+// TestWavesGoOnOnceTheDeploymentScalesDown ensures a round over 8 Ready pods
+// with MAX_UNAVAILABLE=2, whose Deployment is scaled to 4 right after the first
+// wave while its replacements are still starting, goes on once the pods left
+// are Ready: the round is recorded within scaleDownBound of that, far under the
+// minute a waiting round takes to look by itself (the scale-down's deletions
+// come within a second of the round's last read of the scale, which told 8),
+// each old pod the round still selects restarted once, and no replacement.
+func TestWavesGoOnOnceTheDeploymentScalesDown(t *testing.T) {
+	const replicas, scaledTo, maxUnavailable = 8, 4, 2
+	// scaleDownBound is far under the minute of a round's own looks, and
+	// far over what the round needs (a wave, and 0.5 s for its replacements).
+	const scaleDownBound = 30 * time.Second
+	var released atomic.Bool
+	f := webappStartingReadyIf(t, replicas, func(data map[string]string) bool { return data["message"] != "Hello, fewer" || released.Load() },
+		fmt.Sprintf("MAX_UNAVAILABLE=%d", maxUnavailable))
+
+	mergePatch(t, f.ns, "webapp-config", `{"data":{"message":"Hello, fewer"}}`)
+	eventually(t, waitTimeout, "the first wave's deletions", func() (bool, string) {
+		n, state := f.pods.serving()
+		return n <= replicas-maxUnavailable, state
+	})
+	firstWave := time.Now()
+	code, body, err := proxyDo(t.Context(), http.MethodPatch, "/apis/apps/v1/namespaces/"+f.ns+"/deployments/webapp/scale",
+		"application/merge-patch+json", []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, scaledTo)))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	eventually(t, waitTimeout, fmt.Sprintf("%d pods left by the scale-down", scaledTo), func() (bool, string) {
+		serving, state := f.pods.serving()
+		return serving+len(f.pods.notServing()) == scaledTo, state
+	})
+	t.Logf("the scale-down's deletions seen %s after the first wave's", time.Since(firstWave).Round(time.Millisecond))
+
+	released.Store(true)
+	for _, p := range f.pods.notServing() {
+		f.kubelet.reportReady(watchedPod{Metadata: objectMeta{Name: p.name, UID: p.uid}})
+	}
+	readyAt := time.Now()
+	eventually(t, scaleDownBound, "the round recorded, its intent removed", func() (bool, string) {
+		cm := getConfigMap(t, f.ns, "webapp-config")
+		recorded, intent := cm.Metadata.Annotations[restartedAnnotation], cm.Metadata.Annotations[restartingAnnotation]
+		return recorded != f.adopted && intent == "", fmt.Sprintf("recorded %q, intent %q", recorded, intent)
+	})
+	t.Logf("round recorded %s after the pods left were Ready", time.Since(readyAt).Round(time.Millisecond))
+	f.c.Settle(t, f.ns)
+	deletes := deletesByPod(podDeletes(t, f.ns, adminUser))
+	assert.GreaterOrEqual(t, len(deletes), scaledTo, "the first wave, and the old pods the scale-down left: %v", deletes)
+	for name, n := range deletes {
+		assert.Equal(t, 1, n, "pod %s deleted %d times", name, n)
+		assert.Contains(t, podNames(f.original), name, "a pod created after the change was restarted")
+	}
+}
+
 // TestReplacementsNotReadyAfterTheLastRestart ensures that with
 // MAX_UNAVAILABLE=100%, where no wave waits, replacements still not Ready
 // PROGRESS_DEADLINE after the round's last restart get a Warning Event and

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -19,7 +20,9 @@ import (
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
-//     LIST while the old pod's grace period runs, shows both);
+//     LIST while the old pod's grace period runs, shows both), less the
+//     pods gone since that no round restarted (left by other hands: a
+//     DaemonSet that lost a node wants one fewer for good);
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -231,11 +234,30 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 			available++
 		}
 	}
+	// Pods live at the last count and gone (or finished) since, that no
+	// round of the namespace restarted, left by other hands (a DaemonSet's
+	// node removed, a scale-down): their owner is estimated to want that
+	// many fewer. Gone, not terminating: a pod that is replaced (drained,
+	// deleted) has its replacement running by then, which the estimate
+	// never falls below.
+	left := map[string]int{}
+	live := make(map[string]string, len(r.live))
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			live[p.uid] = p.owner.uid
+		}
+	}
+	for uid, owner := range r.live {
+		if _, ours := b.inFlight[uid]; live[uid] == "" && !ours {
+			left[owner]++
+		}
+	}
+	r.live = live
 	expected := 0
 	for uid, o := range byOwner {
 		seen, before := r.mostSeen[uid]
 		if before {
-			r.mostSeen[uid] = max(seen, o.running)
+			r.mostSeen[uid] = max(seen-left[uid], o.running)
 		} else {
 			r.mostSeen[uid] = o.counted
 		}
@@ -245,7 +267,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired, err := c.owners.desired(uid)
 		if err != nil {
 			desired = r.mostSeen[uid]
-			if r.estimate == nil {
+			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
 		}

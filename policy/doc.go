@@ -52,11 +52,14 @@
 //	                                        is closed; then the worker
 //	round.state[i]                          the goroutine restarting pods[i],
 //	                                        joined before the worker reads it
-//	round.listed, mostSeen, estimate,       the namespace budget's lock: other
-//	allowed; namespaceBudget.inFlight,      rounds' waves count this one's budget
-//	deletions                               (restart goroutines note deletions)
+//	round.listed, mostSeen, live,           the namespace budget's lock: other
+//	estimate, allowed;                      rounds' waves count this one's budget
+//	namespaceBudget.inFlight, deletions     (restart goroutines note deletions)
 //	round.blocked, firstRestart, sent       atomic: restart goroutines
-//	owners (scale reads, discovery)         its own lock
+//	owners (scale reads, discovery)         its own lock (after c.mu or the
+//	                                        budget's); kept while a round
+//	                                        that asked is in progress
+//	                                        (forget, after each reconcile)
 //	the pods (podindex.Index)               its own lock; the watch writes,
 //	                                        rounds read copies (View); its
 //	                                        OnChange runs outside it, and

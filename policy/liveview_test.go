@@ -1,22 +1,29 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 
+	"github.com/k8spatterns/config-watcher/apiclient"
 	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/watch"
 )
@@ -494,4 +501,141 @@ func TestEstimateCountsNoReplacementTwice(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
+}
+
+// TestWavesGoOnOnceTheScaleGoesDown ensures a round whose owner is scaled
+// down mid-round (8 Ready pods, MAX_UNAVAILABLE=2, the ReplicaSet scaled
+// to 4 after the first wave, its replacements still starting) restarts
+// the next pods within a second of its replacements' readiness, on
+// synctest's clock: the waves the scale-down's deletions and the
+// readiness woke decided on the scale read before them (8), and no pod
+// event tells of the new one; a look a minute later is a stall.
+func TestWavesGoOnOnceTheScaleGoesDown(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 8)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement)
+		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour}
+		cfg.Pods = oneIndex{x: x}
+		c, _ := newTestController(t, memAPI{api}, cfg)
+		c.wavePoll = time.Hour
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		first := api.removedPods()
+		require.Len(t, first, 2, "the first wave")
+
+		// The Deployment scaled to 4: its ReplicaSet wants 4 and deletes
+		// 4 of the 6 old pods left, keeping the 2 starting replacements.
+		api.mu.Lock()
+		api.owners["webapp-rs"].replicas = 4
+		var kept, starting []*fakePod
+		for _, name := range slices.Sorted(maps.Keys(api.pods)) {
+			switch p := api.pods[name]; {
+			case !p.ready:
+				starting = append(starting, p)
+			case len(kept) < 2:
+				kept = append(kept, p)
+			default:
+				delete(api.pods, name)
+				api.revision++
+				p.version = api.revision
+				x.Handle(podEvent(t, watch.Deleted, *p))
+			}
+		}
+		api.mu.Unlock()
+		require.Len(t, starting, 2)
+		synctest.Wait()
+		require.Len(t, api.removedPods(), 2, "8 expected (as read before the scale-down), 2 available")
+
+		// The replacements become Ready.
+		api.mu.Lock()
+		for _, p := range starting {
+			api.revision++
+			p.ready, p.version, p.readySince = true, api.revision, time.Now()
+			x.Handle(podEvent(t, watch.Modified, *p))
+		}
+		api.mu.Unlock()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, slices.Sorted(slices.Values(append(first, kept[0].name, kept[1].name))), api.removedPods(),
+			"4 expected, 4 available: the 2 old pods left go within a second of the replacements' readiness")
+	})
+}
+
+// memAPI serves the controller's requests from the fake in memory, so that
+// a test runs on synctest's clock: a socket would keep it from moving.
+type memAPI struct{ f *fakeAPI }
+
+func (m memAPI) do(ctx context.Context, method, path string, query url.Values, contentType string, body []byte) ([]byte, error) {
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	rec := httptest.NewRecorder()
+	m.f.serve(rec, req)
+	if rec.Code >= 300 {
+		e := apiclient.StatusFromJSON(rec.Body.Bytes())
+		if e == nil {
+			e = &apiclient.StatusError{Message: rec.Body.String()}
+		}
+		e.Code = rec.Code
+		return nil, e
+	}
+	return rec.Body.Bytes(), nil
+}
+
+func (m memAPI) GetBody(ctx context.Context, path string, query url.Values, _ string) (io.ReadCloser, error) {
+	b, err := m.do(ctx, http.MethodGet, path, query, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func (m memAPI) Delete(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return m.do(ctx, http.MethodDelete, path, nil, "application/json", body)
+}
+
+func (m memAPI) Create(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return m.do(ctx, http.MethodPost, path, nil, "application/json", body)
+}
+
+func (m memAPI) MergePatch(ctx context.Context, path string, patch []byte) ([]byte, error) {
+	return m.do(ctx, http.MethodPatch, path, nil, "application/merge-patch+json", patch)
+}
+
+var _ API = memAPI{}
+
+// TestEstimateKeepsAPodDrainedUntilItIsGone ensures a pod that others
+// delete mid-round still counts in its estimated owner's expected pods
+// while it terminates: its owner replaces it (a drain), and until then it
+// is a pod down, so no Ready pod goes in its place. Only a pod gone since
+// the last count lowers the estimate (a DaemonSet's node removed).
+func TestEstimateKeepsAPodDrainedUntilItIsGone(t *testing.T) {
+	api := newFakeAPI(t, podsOf("RRRR")...)
+	api.graceful = true
+	api.replaceNotReady()
+	api.readyOnceListed()
+	listed := api.fault
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") {
+			return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"cannot get resource \"replicasets/scale\""}`, true
+		}
+		api.mu.Lock()
+		if len(api.removed) == 1 && !api.pods["web-4"].terminating {
+			api.revision++
+			api.pods["web-4"].terminating, api.pods["web-4"].version = true, api.revision // drained: its replacement comes later
+		}
+		api.mu.Unlock()
+		return listed(r)
+	}
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 200 * time.Millisecond, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return hasReason(rec, "RolloutHalted")() || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-4 terminating: 3 of 4 expected available, none more may go")
 }

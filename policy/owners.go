@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/k8sname"
 	"github.com/k8spatterns/config-watcher/internal/truncate"
 )
 
@@ -25,8 +26,8 @@ import (
 type scaleRead struct {
 	done     chan struct{}
 	replicas int
-	at       time.Time
-	err      error // why it could not be read; replicas is then unknown
+	sent, at time.Time // when the read was sent, and answered
+	err      error     // why it could not be read; replicas is then unknown
 }
 
 // scaleReadEvery bounds how often one owner's scale is read.
@@ -34,6 +35,10 @@ const scaleReadEvery = time.Second
 
 // errNoScale: the owner's kind has no scale subresource (a DaemonSet, a Job).
 var errNoScale = errors.New("its kind has no scale subresource")
+
+// errNotRead: no read of the owner's scale was asked for (no pod needed
+// the budget) or it has not been answered: nothing failed.
+var errNotRead = errors.New("not read yet")
 
 // knownScales are the scale subresources of the owners of most pods,
 // by apiVersion and kind: no discovery is needed for them.
@@ -57,30 +62,47 @@ type discovered struct {
 // be read, is read again after this (a CRD installed since).
 const rediscoverAfter = time.Minute
 
+// maxDiscovered bounds the discovery documents kept: the apiVersions of
+// the owners of the rounds in progress, which pods' creators write. An
+// owner of one more is estimated.
+const maxDiscovered = 64
+
 // owners reads the desired replicas of pods' owners for the rounds of every
-// namespace, and caches them (per owner uid) and the discovery documents.
+// namespace, and caches them (per owner uid) and the discovery documents
+// (per apiVersion) while a round that asked for them is in progress
+// (forget).
 type owners struct {
 	api API
 
 	mu        sync.Mutex
 	scales    map[string]*scaleRead  // owner uid → its last read
 	discovery map[string]*discovered // apiVersion → its document
+	asked     map[*round]*asked      // what each round asked for
 }
 
+// asked is what one round asked owners for: owner uids and apiVersions.
+type asked struct{ uids, versions map[string]bool }
+
 func newOwners(api API) *owners {
-	return &owners{api: api, scales: map[string]*scaleRead{}, discovery: map[string]*discovered{}}
+	return &owners{api: api, scales: map[string]*scaleRead{}, discovery: map[string]*discovered{}, asked: map[*round]*asked{}}
 }
 
 // refresh reads, side by side, the scale of each owner in list not read in
-// the last scaleReadEvery, and waits for those being read.
-func (o *owners) refresh(ctx context.Context, namespace string, list []ownerRef) {
+// the last scaleReadEvery, for round r, and waits for those being read.
+func (o *owners) refresh(ctx context.Context, r *round, namespace string, list []ownerRef) {
 	now := time.Now()
 	var reads []*scaleRead
 	o.mu.Lock()
+	a := o.asked[r]
+	if a == nil && len(list) > 0 {
+		a = &asked{uids: map[string]bool{}, versions: map[string]bool{}}
+		o.asked[r] = a
+	}
 	for _, owner := range list {
+		a.uids[owner.uid], a.versions[owner.apiVersion] = true, true
 		s := o.scales[owner.uid]
 		if s == nil || (isDone(s.done) && now.Sub(s.at) >= scaleReadEvery) {
-			s = &scaleRead{done: make(chan struct{})}
+			s = &scaleRead{done: make(chan struct{}), sent: now}
 			o.scales[owner.uid] = s
 			go func() {
 				defer close(s.done)
@@ -119,24 +141,70 @@ func (o *owners) desired(uid string) (int, error) {
 	s := o.scales[uid]
 	switch {
 	case s == nil || !isDone(s.done):
-		return 0, errors.New("not read yet")
+		return 0, errNotRead
 	case s.err != nil:
 		return 0, s.err
 	}
 	return s.replicas, nil
 }
 
-// forget drops what is known of the owners of a namespace's pods that no
-// round needs any more; it keeps the cache bounded by the owners of the
-// rounds in progress.
-func (o *owners) forget(keep func(uid string) bool) {
+// readAgainAt returns when the first owner of list whose scale was read
+// no later than t (a wave's view) may be read again; zero if none. What
+// the view shows may follow a change of scale the read missed (a
+// scale-down's deletions), and the new scale itself comes as no pod event.
+func (o *owners) readAgainAt(list []ownerRef, t time.Time) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var first time.Time
+	for _, owner := range list {
+		s := o.scales[owner.uid]
+		if s == nil || !isDone(s.done) || s.sent.After(t) || errors.Is(s.err, errNoScale) {
+			continue // read since, or no scale to read
+		}
+		if at := s.at.Add(scaleReadEvery); first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// forget drops the scales and discovery documents that no round in
+// progress asked for, once a round that asked for some has ended: the
+// caches hold what the rounds in progress use, not every ReplicaSet ever
+// read (one more at each rollout).
+func (o *owners) forget(inProgress func(r *round) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ended := false
+	for r := range o.asked {
+		if !inProgress(r) {
+			delete(o.asked, r)
+			ended = true
+		}
+	}
+	if !ended {
+		return
+	}
 	for uid := range o.scales {
-		if !keep(uid) {
+		if !o.isAsked(func(a *asked) bool { return a.uids[uid] }) {
 			delete(o.scales, uid)
 		}
 	}
+	for version := range o.discovery {
+		if !o.isAsked(func(a *asked) bool { return a.versions[version] }) {
+			delete(o.discovery, version)
+		}
+	}
+}
+
+// isAsked: a round in progress asked for what has says. o.mu must be held.
+func (o *owners) isAsked(has func(a *asked) bool) bool {
+	for _, a := range o.asked {
+		if has(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // read reads owner's desired replicas (spec.replicas of its Scale).
@@ -205,9 +273,16 @@ func (o *owners) scaleResource(ctx context.Context, owner ownerRef) (string, err
 		}
 		return resource, nil
 	}
+	if err := checkAPIVersion(owner.apiVersion); err != nil {
+		return "", fmt.Errorf("%s %s: %w", owner.kind, owner.name, err)
+	}
 	o.mu.Lock()
 	d := o.discovery[owner.apiVersion]
+	full := d == nil && len(o.discovery) >= maxDiscovered
 	o.mu.Unlock()
+	if full {
+		return "", fmt.Errorf("the owners of the rounds in progress have more than %d apiVersions: %s is not read", maxDiscovered, truncate.String(owner.apiVersion, 64))
+	}
 	if d == nil || ((d.err != nil || d.scalable[owner.kind] == "") && time.Since(d.at) > rediscoverAfter) {
 		d = o.discover(ctx, owner.apiVersion)
 		o.mu.Lock()
@@ -221,6 +296,20 @@ func (o *owners) scaleResource(ctx context.Context, owner ownerRef) (string, err
 		return "", errNoScale
 	}
 	return d.scalable[owner.kind], nil
+}
+
+// checkAPIVersion refuses an owner's apiVersion that is not a group of DNS
+// labels and a version (or a version alone, the core group): it names a
+// path on the server, and a discovery document kept.
+func checkAPIVersion(apiVersion string) error {
+	group, version, grouped := strings.Cut(apiVersion, "/")
+	if !grouped {
+		group, version = "", group
+	}
+	if k8sname.Label(version) != nil || (grouped && k8sname.Subdomain(group) != nil) {
+		return fmt.Errorf("apiVersion %q is not an API group and version", truncate.String(apiVersion, 64))
+	}
+	return nil
 }
 
 // discover reads the discovery document of apiVersion.

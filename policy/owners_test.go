@@ -3,11 +3,13 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,6 +76,8 @@ func TestScaleReadPerKind(t *testing.T) {
 		{"OwnerGone", ownerRef{"apps/v1", "ReplicaSet", "gone-rs", "f-uid"}, 0, "is gone"},
 		{"UIDIsNotTheOwnerReferences", ownerRef{"apps/v1", "ReplicaSet", "replaced", "rs-old-uid"}, 0, "another object now"},
 		{"NoReplicas", ownerRef{"apps/v1", "ReplicaSet", "no-replicas", "nr-uid"}, 0, "no spec.replicas"},
+		{"GroupNotADNSName", ownerRef{"Example.com:8080/v1", "Thing", "t", "t-uid"}, 0, "not an API group and version"},
+		{"VersionNotADNSLabel", ownerRef{"example.com/v1/x", "Thing", "t", "t-uid"}, 0, "not an API group and version"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := o.read(context.Background(), "ns", tt.owner)
@@ -95,6 +99,7 @@ func TestScaleReadPerKind(t *testing.T) {
 			discoveries++
 		}
 		assert.False(t, strings.Contains(p, "daemonsets"), "a DaemonSet has no scale to read: %s", p)
+		assert.False(t, strings.Contains(p, "8080") || strings.Contains(p, "v1/x"), "an apiVersion that is no group and version is not read: %s", p)
 	}
 	assert.Equal(t, 1, discoveries, "one group-version's discovery is read once")
 	assert.True(t, errors.Is(func() error {
@@ -109,14 +114,90 @@ func TestScaleReadAtMostOncePerSecond(t *testing.T) {
 	api := newFakeAPI(t, podsOf("RRRR")...)
 	o := newOwners(api.client())
 	owner := ownerRef{"apps/v1", "ReplicaSet", "web-rs", "uid-web-rs"}
+	r := &round{}
 	var wg sync.WaitGroup
 	for range 5 {
-		wg.Go(func() { o.refresh(context.Background(), "ns", []ownerRef{owner}) })
+		wg.Go(func() { o.refresh(context.Background(), r, "ns", []ownerRef{owner}) })
 	}
 	wg.Wait()
-	o.refresh(context.Background(), "ns", []ownerRef{owner})
+	o.refresh(context.Background(), r, "ns", []ownerRef{owner})
 	n, err := o.desired(owner.uid)
 	require.NoError(t, err)
 	assert.Equal(t, 4, n)
 	assert.Len(t, api.seen(http.MethodGet, "replicasets"), 1)
+}
+
+// TestOwnersKeepWhatRoundsInProgressAskedFor ensures the scale reads and
+// discovery documents a round asked for are dropped once no round in
+// progress asked for them, and that discovery is capped: past
+// maxDiscovered apiVersions, an owner of one more is not read.
+func TestOwnersKeepWhatRoundsInProgressAskedFor(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/apis/example.com/v1":
+			w.Write([]byte(`{"kind":"APIResourceList","resources":[{"name":"widgets","kind":"Widget"},{"name":"widgets/scale","kind":"Scale"}]}`))
+		case "/apis/example.com/v1/namespaces/ns/widgets/w/scale":
+			w.Write([]byte(`{"kind":"Scale","metadata":{"uid":"w-uid"},"spec":{"replicas":2}}`))
+		default:
+			w.WriteHeader(404)
+			w.Write([]byte(`{"kind":"Status","code":404,"reason":"NotFound"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	client, err := apiclient.New(srv.URL, "test")
+	require.NoError(t, err)
+	o := newOwners(client)
+	widget := ownerRef{"example.com/v1", "Widget", "w", "w-uid"}
+	a, b := &round{}, &round{}
+	o.refresh(context.Background(), a, "ns", []ownerRef{widget})
+	o.refresh(context.Background(), b, "ns", []ownerRef{widget})
+	n, err := o.desired(widget.uid)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+
+	o.forget(func(r *round) bool { return r == b })
+	assert.Len(t, o.scales, 1, "b, in progress, asked for it")
+	assert.Len(t, o.discovery, 1, "b, in progress, asked for it")
+	o.forget(func(*round) bool { return false })
+	assert.Empty(t, o.scales)
+	assert.Empty(t, o.discovery)
+	assert.Empty(t, o.asked)
+
+	for i := range maxDiscovered {
+		o.discovery[fmt.Sprintf("g%d.example.com/v1", i)] = &discovered{}
+	}
+	mu.Lock()
+	before := len(paths)
+	mu.Unlock()
+	_, err = o.read(context.Background(), "ns", widget)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d apiVersions", maxDiscovered))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, paths, before, "no request for an apiVersion past the cap")
+}
+
+// TestScaleReadBeforeTheViewIsReadAgain ensures a wave that counted a scale
+// read sent no later than its view is told when the owner may be read
+// again, and that one read since, or of a kind without scale, asks for no
+// look.
+func TestScaleReadBeforeTheViewIsReadAgain(t *testing.T) {
+	view := time.Now()
+	answered := view.Add(-300 * time.Millisecond)
+	done := make(chan struct{})
+	close(done)
+	o := newOwners(nil)
+	o.scales["before"] = &scaleRead{done: done, sent: view.Add(-400 * time.Millisecond), at: answered}
+	o.scales["since"] = &scaleRead{done: done, sent: view.Add(time.Millisecond), at: view.Add(2 * time.Millisecond)}
+	o.scales["ds"] = &scaleRead{done: done, sent: view.Add(-time.Second), at: view.Add(-time.Second), err: errNoScale}
+	ref := func(uid string) ownerRef { return ownerRef{"apps/v1", "ReplicaSet", uid, uid} }
+
+	assert.Equal(t, answered.Add(scaleReadEvery), o.readAgainAt([]ownerRef{ref("before"), ref("since"), ref("ds")}, view))
+	assert.Zero(t, o.readAgainAt([]ownerRef{ref("since"), ref("ds"), ref("never-read")}, view))
 }

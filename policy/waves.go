@@ -100,6 +100,7 @@ var errMembersAdded = errors.New("pods added to the round")
 // (complete) before it is recorded.
 func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
+	viewAt := time.Now()
 	view, x, err := c.viewOf(ctx, obj.namespace, r)
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
@@ -131,8 +132,10 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	var wg sync.WaitGroup
 	var intentErr error
 	wg.Go(func() { intentErr = c.ensureIntent(ctx, key, obj, r, log) })
+	var read []ownerRef
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
-		c.owners.refresh(ctx, obj.namespace, c.ownersToRead(r, others, view, pending))
+		read = c.ownersToRead(r, others, view, pending)
+		c.owners.refresh(ctx, r, obj.namespace, read)
 	}
 	wg.Wait()
 	if intentErr != nil {
@@ -156,7 +159,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 			// DELETE of a later wave, leaves out the pods created meanwhile.
 			c.startBound(ctx, obj.namespace, r)
 		}
-		r.next = c.nextLook(b, r, x != nil, view, now)
+		r.next = c.nextLook(b, r, x != nil, view, now, c.owners.readAgainAt(read, viewAt))
 		return errWaiting
 	}
 	return c.completed(ctx, key, obj, r, log)
@@ -264,9 +267,11 @@ func createdAfter(x *podindex.Index, namespace, uid string, cutoff uint64) bool 
 // only when a time it decides on comes: a selected pod available once
 // Ready for MinReadySeconds, a pending one restartable outside the budget
 // once not Ready for brokenAfter, a restart out of flight, the
-// ProgressDeadline; at least every lookEvery, and soon again while a
+// ProgressDeadline, rescale (the wave counted an owner's scale read before
+// its view: a scale-down's deletions wake the round before its new scale
+// may be read); at least every lookEvery, and soon again while a
 // disruption budget refuses its evictions.
-func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view []livePod, now time.Time) time.Duration {
+func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view []livePod, now, rescale time.Time) time.Duration {
 	if !indexed {
 		if r.halted {
 			return haltedPolls * c.wavePoll
@@ -299,6 +304,12 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 	}
 	if !r.halted {
 		soon(r.progress.Add(c.cfg.ProgressDeadline))
+	}
+	if !rescale.IsZero() {
+		if !rescale.After(now) {
+			rescale = now.Add(time.Millisecond) // it may be read again already
+		}
+		soon(rescale)
 	}
 	b.mu.Lock()
 	for uid, chosen := range b.inFlight {

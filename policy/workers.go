@@ -66,6 +66,13 @@ func (c *Controller) endTerm() {
 	clear(c.storms)
 	c.metrics.ObjectsInStorm.Set(0)
 	c.pruneHalted()
+	c.owners.forget(c.inProgress)
+}
+
+// inProgress: round r is its object's current round. c.mu must be held.
+func (c *Controller) inProgress(r *round) bool {
+	e := c.entries[r.key]
+	return e != nil && e.round == r
 }
 
 // enqueueAll queues every known ConfigMap that needs action, for a new
@@ -96,6 +103,7 @@ func (c *Controller) work(ctx context.Context) {
 		c.metrics.Reconciles.Inc(result)
 		c.mu.Lock()
 		c.pruneHalted()
+		c.owners.forget(c.inProgress)
 		if err != nil {
 			b, ok := c.retries[key]
 			if !ok {

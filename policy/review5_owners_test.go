@@ -1,0 +1,90 @@
+package policy
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestReviewTurn5NoEstimateSaidWhereNoScaleWasRead ensures a round whose
+// pending pods all serve nothing (the fix reaching crash-looping pods),
+// which reads no owner's scale because none needs the budget, says no
+// ExpectedPodsEstimated Warning and counts no failed read: nothing failed.
+func TestReviewTurn5NoEstimateSaidWhereNoScaleWasRead(t *testing.T) {
+	api := newFakeAPI(t, podsOf("NNNN")...)
+	api.replaceDeleted(func() bool { return true })
+	rec := &fakeRecorder{}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Events: rec})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+
+	require.Len(t, api.deletedPods(), 4)
+	assert.Empty(t, api.seen(http.MethodGet, "scale"), "no pod needed the budget: no scale read")
+	assert.Empty(t, eventText(rec, "ExpectedPodsEstimated"), "no read failed")
+	assert.Zero(t, m.OwnerReadsFailed.Value("error"))
+}
+
+// TestReviewTurn5OwnersForgottenWithTheirRounds ensures the desired
+// replicas read for a round are not kept once no round needs them: the
+// cache is bounded by the owners of the rounds in progress (owners.forget
+// says so), not by every ReplicaSet any round ever read (one more at each
+// rollout of each Deployment).
+func TestReviewTurn5OwnersForgottenWithTheirRounds(t *testing.T) {
+	var pods []*fakePod
+	for i := range 3 {
+		for _, p := range owned("app"+strconv.Itoa(i), 2) {
+			pods = append(pods, p)
+		}
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceDeleted(func() bool { return true })
+	c, m := newTestController(t, api.client(), Config{RecordHash: true})
+	start(t, c)
+	for i := range 3 {
+		handle(t, c, watch.Modified, cmSpec{name: "cm-" + strconv.Itoa(i), uid: "cm-uid-" + strconv.Itoa(i), selector: ptr("app=app" + strconv.Itoa(i)), recorded: hashOf(t, v1), data: v2})
+	}
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 3 }, waitFor, time.Millisecond)
+	settle(t, c)
+	require.GreaterOrEqual(t, len(api.seen(http.MethodGet, "scale")), 3, "each round read its owner's scale")
+
+	c.owners.mu.Lock()
+	defer c.owners.mu.Unlock()
+	assert.Empty(t, c.owners.scales, "no round in progress, yet the scales of every owner ever read are kept")
+}
+
+// TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound ensures a round
+// over a DaemonSet's pods (no scale subresource: expected is the most of
+// its pods seen) still completes when a node goes away mid-round: the
+// DaemonSet then wants one pod fewer, and with 3 pods all Ready a budget
+// of 1 allows the next restart. Counting the 4 seen once forever leaves
+// the other pods on the old data: the round halts and never goes on.
+func TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound(t *testing.T) {
+	pods := podsOf("RRRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	replace := api.afterDelete
+	api.afterDelete = func(p fakePod) {
+		replace(p)
+		if p.name == "web-1" {
+			delete(api.pods, "web-4") // its node is removed: the DaemonSet has 3 pods from now on
+		}
+	}
+	rec := &fakeRecorder{}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Events: rec, ProgressDeadline: 300 * time.Millisecond})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+
+	done := assert.Eventually(t, func() bool { return len(api.deletedPods()) == 3 }, 3*time.Second, 10*time.Millisecond)
+	assert.True(t, done, "web-2 and web-3 left on the old data: deleted %v; %s", api.deletedPods(), eventText(rec, "RolloutHalted"))
+}
