@@ -115,6 +115,34 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
+// buildAt builds config-watcher as it was at commit, from the repository the
+// tests run in, and returns the binary's path. It skips the test where that
+// cannot be done for want of history: no git, no repository (a tarball), or
+// no such commit (a shallow clone).
+func buildAt(t *testing.T, commit string) string {
+	t.Helper()
+	top, err := exec.Command("git", "-C", repoRoot, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("building config-watcher at %s needs git and the repository's history: %v", commit, err)
+	}
+	root := strings.TrimSpace(string(top))
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in the repository (a shallow clone?): %v", commit, err)
+	}
+	dir := t.TempDir()
+	extract := exec.Command("bash", "-c", `set -o pipefail; git -C "$1" archive "$2" | tar -x -C "$3"`, "extract", root, commit, dir)
+	out, err := extract.CombinedOutput()
+	require.NoError(t, err, "git archive %s | tar -x: %s", commit, out)
+	bin := filepath.Join(dir, "config-watcher-"+commit)
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = dir
+	start := time.Now()
+	out, err = build.CombinedOutput()
+	require.NoError(t, err, "go build at %s: %s", commit, out)
+	t.Logf("built config-watcher at %s in %s", commit, time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
 // requireCluster skips the test when no control plane is configured.
 func requireCluster(t *testing.T) {
 	t.Helper()
@@ -420,6 +448,7 @@ type controllerProc struct {
 type controllerOpts struct {
 	namespace string
 	apiURL    string // default: the shared proxy
+	bin       string // default: the binary TestMain built (buildAt builds another)
 	extraEnv  []string
 	// wrap runs the controller through this command, the controller's path
 	// appended as its last argument (e.g. a shell that first joins a cgroup,
@@ -432,7 +461,11 @@ type controllerOpts struct {
 // to exit 0 on SIGTERM) when the test ends.
 func startController(t *testing.T, o controllerOpts) *controllerProc {
 	t.Helper()
-	requireBinary(t)
+	bin := o.bin
+	if bin == "" {
+		requireBinary(t)
+		bin = controller
+	}
 	if o.apiURL == "" {
 		o.apiURL = env.proxyURL
 	}
@@ -441,9 +474,9 @@ func startController(t *testing.T, o controllerOpts) *controllerProc {
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
 
-	cmd := exec.Command(controller)
+	cmd := exec.Command(bin)
 	if len(o.wrap) > 0 {
-		cmd = exec.Command(o.wrap[0], append(o.wrap[1:], controller)...)
+		cmd = exec.Command(o.wrap[0], append(o.wrap[1:], bin)...)
 	}
 	cmd.Env = append(os.Environ(),
 		"WATCH_NAMESPACE="+o.namespace,
