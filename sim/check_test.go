@@ -115,9 +115,10 @@ func (w *world) controllerDeletes(r *request, k key) {
 			w.violate("once", "%s/%s restarted though it runs the current data of %s", p.ns, p.name, names(sel))
 		}
 	}
-	if w.available(p) {
+	// A bare pod is restarted outside the budget (docs/design.md, waves).
+	if w.available(p) && p.wl.kind != "" {
 		for _, a := range sel {
-			if !current(a, p) {
+			if w.inBudget(a, p) && !current(a, p) {
 				w.checkBudget(a, p, r)
 			}
 		}
@@ -166,15 +167,18 @@ func (w *world) window(p *pod, sel []annotated) string {
 	return ""
 }
 
-// storm reports whether a changed more than STORM_CHANGES times within a
-// STORM_WINDOW in the last two windows.
+// storm reports whether a's last change ended a storm (more than
+// STORM_CHANGES changes within a STORM_WINDOW): its round may record data
+// other than the last, and the next round restarts every pod (the state
+// model's storm row).
 func (w *world) storm(a annotated) bool {
 	d := w.datas[dataKey(a.kind, a.ns, a.name)]
 	n := atoi(w.env["STORM_CHANGES"])
 	win, _ := time.ParseDuration(w.env["STORM_WINDOW"])
+	last := w.lastChange(a)
 	for i := range d.changes {
 		j := i + n
-		if j < len(d.changes) && d.changes[j]-d.changes[i] <= win && w.now()-d.changes[j] <= 2*win {
+		if j < len(d.changes) && d.changes[j]-d.changes[i] <= win && d.changes[j] >= last-win {
 			return true
 		}
 	}
@@ -185,6 +189,21 @@ func (w *world) storm(a annotated) bool {
 // tells it: a condition's lastTransitionTime has whole seconds.
 func (w *world) available(p *pod) bool {
 	return p.ready && w.now()-p.readySince.Truncate(time.Second) >= w.minReady
+}
+
+// inBudget reports whether a round of a counts p in its budget: a pod a
+// selects. An object some pod reads by key is left out: its round narrows
+// those pods to the ones reading what changed since its record, which the
+// ground truth does not tell.
+func (w *world) inBudget(a annotated, p *pod) bool {
+	if a.byRef {
+		for _, q := range w.alivePods() {
+			if keys, ok := q.reads(a.kind, a.name); ok && keys != nil && q.ns == a.ns {
+				return false
+			}
+		}
+	}
+	return w.selects(a, p)
 }
 
 // allowed is MAX_UNAVAILABLE of expected pods: rounded down, at least 1.
@@ -204,12 +223,12 @@ func (w *world) allowed(expected int) int {
 func (w *world) checkBudget(a annotated, p *pod, r *request) {
 	expected, available := 0, 0
 	for _, wl := range w.wls {
-		if wl.ns != a.ns {
-			continue
+		if wl.ns != a.ns || wl.kind == "" {
+			continue // the budget counts owned pods
 		}
 		selected, other := 0, 0
 		for _, q := range wl.live() {
-			if w.selects(a, q) {
+			if w.inBudget(a, q) {
 				selected++
 				if q != p && w.available(q) {
 					available++

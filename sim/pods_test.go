@@ -105,21 +105,14 @@ func (w *world) newPod(wl *workload, node int) *pod {
 	return p
 }
 
-// readsBad reports whether p started with bad data in what it reads, or in
-// an object that selects it by labels (whole data).
+// readsBad reports whether p started with bad data from an object that
+// selects it (what it reads of it): only then is the controller the one to
+// bring it back, once the data is fixed. (A pod crash-looping on data no
+// object selects it for would hold every round's budget for good, with no
+// promise to check.)
 func (w *world) readsBad(p *pod) bool {
 	for _, a := range w.annotatedObjects(p.ns) {
-		if a.sel != nil && !a.byRef && a.sel.Matches(p.labels) && hasBad(p.started[a.kind+"/"+a.name]) {
-			return true
-		}
-	}
-	for _, r := range p.refs {
-		d := p.started[r.kind+"/"+r.name]
-		if r.how == "key" {
-			if d[r.key] == badValue {
-				return true
-			}
-		} else if hasBad(d) {
+		if w.selects(a, p) && hasBad(view(a, p, p.started[a.kind+"/"+a.name])) {
 			return true
 		}
 	}
