@@ -94,6 +94,11 @@ func (w *world) controllerDeletes(r *request, k key) {
 		}
 	}
 	w.logf("truth: controller %d restarts %s/%s (%s, Ready %v, sent at %.3fs)", r.conn.gen, p.ns, p.name, p.uid, p.ready, r.at.Seconds())
+	for k, since := range w.waitSince {
+		if since >= 0 && strings.Contains(k, "/"+p.ns+"/") {
+			delete(w.waitSince, k) // a restart is progress
+		}
+	}
 	if len(sel) == 0 {
 		if w.selChanged[k.ns] >= r.at {
 			w.note("selection changed while the request was in flight")
@@ -221,7 +226,19 @@ func (w *world) allowed(expected int) int {
 // controller counts it (owners' desired counts, less their pods a does
 // not select).
 func (w *world) checkBudget(a annotated, p *pod, r *request) {
-	expected, available := 0, 0
+	expected, available := w.counts(a, p)
+	if available >= expected-w.allowed(expected) {
+		return
+	}
+	if w.readyDropped[a.ns] >= r.at {
+		w.note("a pod became unavailable while the restart was in flight")
+		return
+	}
+	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
+}
+
+// counts returns a's expected and available pods were p gone.
+func (w *world) counts(a annotated, p *pod) (expected, available int) {
 	for _, wl := range w.wls {
 		if wl.ns != a.ns || wl.kind == "" {
 			continue // the budget counts owned pods
@@ -254,14 +271,7 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 		}
 		expected += max(selected, desired-other)
 	}
-	if available >= expected-w.allowed(expected) {
-		return
-	}
-	if w.readyDropped[a.ns] >= r.at {
-		w.note("a pod became unavailable while the restart was in flight")
-		return
-	}
-	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
+	return expected, available
 }
 
 // checkConverged: at quiescence every selected pod runs its objects' last
@@ -316,4 +326,66 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 		}
 	}
 	return ""
+}
+
+// checkPrompt, every second: no round waits more than 2 s while a pod it
+// waits for is Ready and every budget that counts it allows its restart.
+// Judged only where the ground truth can tell: objects selecting by labels
+// alone, a controller running for 20 s with no fault meanwhile, no bad data
+// in the namespace, no storm, no SETTLE wait, no change in the last 2 s.
+func (w *world) checkPrompt() {
+	if w.waitSince == nil {
+		w.waitSince = map[string]time.Duration{}
+	}
+	now := w.now()
+	settle, _ := time.ParseDuration(w.env["SETTLE"])
+	calm := w.proc != nil && now-w.procSince >= 20*time.Second && !w.troubled(now-20*time.Second, now)
+	for _, ns := range w.nss {
+		objs := w.annotatedObjects(ns)
+		bad := false
+		for _, a := range objs {
+			bad = bad || hasBad(a.data)
+		}
+		for _, a := range objs {
+			k := dataKey(a.kind, a.ns, a.name)
+			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second {
+				delete(w.waitSince, k)
+				continue
+			}
+			var ready *pod
+			for _, p := range w.alivePods() {
+				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.available(p) && w.budgetAllows(p) {
+					ready = p
+					break
+				}
+			}
+			if ready == nil {
+				delete(w.waitSince, k)
+				continue
+			}
+			since, ok := w.waitSince[k]
+			switch {
+			case !ok:
+				w.waitSince[k] = now
+			case now-since > 3*time.Second && since >= 0:
+				w.violate("prompt", "the round of %s waited %.1fs while %s/%s was Ready, not on its data, and every budget allowed its restart", k, (now - since).Seconds(), ready.ns, ready.name)
+				w.waitSince[k] = -1 // said once
+			}
+		}
+	}
+}
+
+// budgetAllows reports whether restarting p keeps every object that
+// selects it and would restart it within MAX_UNAVAILABLE.
+func (w *world) budgetAllows(p *pod) bool {
+	for _, a := range w.annotatedObjects(p.ns) {
+		if !w.inBudget(a, p) || current(a, p) {
+			continue
+		}
+		expected, available := w.counts(a, p)
+		if available < expected-w.allowed(expected) {
+			return false
+		}
+	}
+	return true
 }

@@ -45,7 +45,7 @@ func (w *world) startController() {
 		p.err = app.Run(ctx, app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn})
 	}()
-	w.proc = p
+	w.proc, w.procSince = p, w.now()
 	w.procs = append(w.procs, p)
 	if w.downSince >= 0 {
 		w.downs = append(w.downs, span{w.downSince, w.now()})
@@ -230,6 +230,7 @@ func (w *world) run() {
 	w.startController()
 	w.every(30*time.Second, "bookmarks", func() { w.api.tickWatches(true) })
 	w.every(time.Second, "watch ends", func() { w.api.tickWatches(false) })
+	w.every(time.Second, "prompt", w.checkPrompt)
 	w.generate()
 	w.loop(w.activeEnd, func() bool { return false })
 	w.heal()
@@ -586,14 +587,16 @@ func (w *world) generate() {
 				return
 			}
 			p := pick(w, pods)
-			switch w.rng.IntN(3) {
-			case 0:
-				w.relabel(p, "app", "other")
-			case 1:
-				w.relabel(p, "tier", pick(w, []string{"web", "batch", ""}))
-			default:
-				w.relabel(p, optInLabel, pick(w, []string{"true", ""}))
-			}
+			w.selectionEdit(p.ns, func() {
+				switch w.rng.IntN(3) {
+				case 0:
+					w.relabel(p, "app", "other")
+				case 1:
+					w.relabel(p, "tier", pick(w, []string{"web", "batch", ""}))
+				default:
+					w.relabel(p, optInLabel, pick(w, []string{"true", ""}))
+				}
+			})
 		}},
 		{3, "selector edit", func() {
 			d := pick(w, w.dataObjects())
@@ -617,7 +620,7 @@ func (w *world) generate() {
 			ann[selectorAnnotation] = sel
 			w.selChanged[d.ns] = w.now()
 			w.logf("world: %s %s/%s selector now %s", d.kind, d.ns, d.name, sel)
-			w.api.put(key{d.kind, d.ns, d.name}, o)
+			w.selectionEdit(d.ns, func() { w.api.put(key{d.kind, d.ns, d.name}, o) })
 		}},
 		{3, "re-create", func() {
 			d := pick(w, w.dataObjects())

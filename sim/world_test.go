@@ -55,13 +55,16 @@ func (wl *workload) live() []*pod {
 
 // pod is a pod's ground truth.
 type pod struct {
-	wl         *workload
-	ns, name   string
-	uid        string
-	labels     map[string]string
-	refs       []ref
-	node       int
-	started    map[string]map[string]string // kind/name -> the data it started with
+	wl       *workload
+	ns, name string
+	uid      string
+	labels   map[string]string
+	refs     []ref
+	node     int
+	started  map[string]map[string]string // kind/name -> the data it started with
+	// excused: kind/name -> the data of the moment an edit (of a selector or
+	// of its labels) made an object select it: it is owed no restart for that.
+	excused    map[string]map[string]string
 	created    time.Duration
 	ready      bool
 	readySince time.Duration
@@ -125,7 +128,9 @@ type world struct {
 	}
 	proc             *process
 	stopping         *process // SIGTERMed, not exited yet
-	serving          *request // the request being served, if any
+	procSince        time.Duration
+	waitSince        map[string]time.Duration // object -> since when a round could restart a Ready pod and did not (-1: said)
+	serving          *request                 // the request being served, if any
 	lostAt           []time.Duration
 	quietGets        bool // GETs left out of the trace
 	livelock         bool
@@ -367,9 +372,38 @@ func view(a annotated, p *pod, d map[string]string) map[string]string {
 	return out
 }
 
-// current reports whether p runs a's data now.
+// current reports whether p runs a's data now, or is excused from it.
 func current(a annotated, p *pod) bool {
-	return maps.Equal(view(a, p, p.started[a.kind+"/"+a.name]), view(a, p, a.data))
+	k := a.kind + "/" + a.name
+	if e, ok := p.excused[k]; ok && maps.Equal(view(a, p, e), view(a, p, a.data)) {
+		return true
+	}
+	return maps.Equal(view(a, p, p.started[k]), view(a, p, a.data))
+}
+
+// selectionEdit runs edit, then excuses every pod it made some object
+// select: a selection changed is no data change (the state model restarts
+// nothing for it).
+func (w *world) selectionEdit(ns string, edit func()) {
+	before := map[string]bool{}
+	for _, a := range w.annotatedObjects(ns) {
+		for _, p := range w.alivePods() {
+			if w.selects(a, p) {
+				before[a.kind+"/"+a.name+"/"+p.uid] = true
+			}
+		}
+	}
+	edit()
+	for _, a := range w.annotatedObjects(ns) {
+		for _, p := range w.alivePods() {
+			if w.selects(a, p) && !before[a.kind+"/"+a.name+"/"+p.uid] {
+				if p.excused == nil {
+					p.excused = map[string]map[string]string{}
+				}
+				p.excused[a.kind+"/"+a.name] = maps.Clone(a.data)
+			}
+		}
+	}
 }
 
 func hasBad(d map[string]string) bool {
