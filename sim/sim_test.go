@@ -36,6 +36,8 @@ var knownBugSeeds = map[uint64]string{
 	93:  "bystander: a paced DELETE sent after the object was deleted (issue 47 item 3)",
 	128: "once: a replacement restarted again by a resumed round after kills, two objects over the same pods (issue 47 item 9, tentatively)",
 	129: "bystander: a restart sent after the namespace opted out, following a readiness wait (issue 47 item 3)",
+	222: "once: SETTLE, two objects fixed together over the same pods, a replacement created 3 s after the change restarted (issue 47 items 6 or 9, tentatively)",
+	521: "prompt: a scale-down mid-rollout (MAX_UNAVAILABLE=1) deletes the Ready replacement; the round sends nothing until another event wakes it (issue 47 item 10)",
 }
 
 // result is what one run left.
