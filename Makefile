@@ -20,6 +20,9 @@ E2E_FLAGS ?= -count=1 -v -timeout 45m
 # make e2e-node: the node tests to run (a go test -run pattern), e.g. E2E_NODE_RUN=TestNodeWaves.
 E2E_NODE_RUN ?= TestNode
 FUZZ_TIME ?= 30s
+# make sim: SEED=n replays one seed with its trace; SEEDS=N (or a-b) runs that many.
+SEED  ?=
+SEEDS ?= 100
 # make uninstall: the namespace config-watcher runs in; YES=1 removes without asking.
 NAMESPACE ?= default
 YES       ?=
@@ -29,7 +32,7 @@ IMAGE     ?= ghcr.io/k8spatterns/config-watcher
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit sim release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -53,6 +56,10 @@ vet: ## go vet, e2e files included; actionlint on .github/workflows
 
 unit: ## unit tests with the race detector, every fuzz target's seed corpus included (about 1 min)
 	$(GO) test -race ./...
+
+sim: ## the simulator (sim/, CONTRIBUTING.md): SEED=n replays one seed, printing its trace; else SEEDS=N (or a-b, default 100) seeds with a progress line
+	@if [ -n "$(SEED)" ]; then SIM_SEED=$(SEED) $(GO) test -count=1 -v -run 'TestSimulation$$' ./sim; \
+	else SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSimulation$$' ./sim; fi
 
 compose-check: ## docker-compose.yaml through compose-go, Docker Compose's own loader (hack/compose, a module of its own): both profiles and the checks the schema cannot make; offline
 	cd hack/compose && $(GO) vet ./... && $(GO) test -count=1 ./...

@@ -48,6 +48,21 @@ type Client struct {
 
 // New returns a client for baseURL, e.g. "http://localhost:8001".
 func New(baseURL, userAgent string) (*Client, error) {
+	// No client Timeout: it would end streams too (see RequestTimeout).
+	return NewWithTransport(baseURL, userAgent, &http.Transport{
+		Proxy:                 nil, // the ambassador is the proxy; never route it through HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+	})
+}
+
+// NewWithTransport returns a client for baseURL that sends every request
+// through transport: the simulator's in-memory cluster answers without a
+// socket, which a synctest bubble's clock could not move past.
+func NewWithTransport(baseURL, userAgent string, transport http.RoundTripper) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse base URL: %w", err)
@@ -57,15 +72,6 @@ func New(baseURL, userAgent string) (*Client, error) {
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("base URL %q: no host", baseURL)
-	}
-	// No client Timeout: it would end streams too (see RequestTimeout).
-	transport := &http.Transport{
-		Proxy:                 nil, // the ambassador is the proxy; never route it through HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
 	}
 	return &Client{base: u, http: &http.Client{Transport: transport}, userAgent: userAgent, RequestTimeout: 30 * time.Second}, nil
 }

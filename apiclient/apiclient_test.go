@@ -143,6 +143,28 @@ func TestBaseURLPathPrefixHonoured(t *testing.T) {
 	}
 }
 
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNewWithTransportSendsThroughIt ensures a client given a transport
+// sends its requests there and nowhere else (no socket is opened: the base
+// URL's host does not exist).
+func TestNewWithTransportSendsThroughIt(t *testing.T) {
+	var got []string
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = append(got, r.Method+" "+r.URL.String())
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{"kind":"ConfigMap"}`)), Request: r}, nil
+	})
+	c, err := apiclient.NewWithTransport("http://sim.invalid", "test", rt)
+	require.NoError(t, err)
+	body, err := c.Get(context.Background(), apiclient.CorePath("ns", "configmaps", "a"), nil, "")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"kind":"ConfigMap"}`, string(body))
+	assert.Equal(t, []string{"GET http://sim.invalid/api/v1/namespaces/ns/configmaps/a"}, got)
+}
+
 // TestGroupPathHasTheAPIsShape ensures paths of API-group resources have the /apis shape.
 func TestGroupPathHasTheAPIsShape(t *testing.T) {
 	assert.Equal(t, "/apis/coordination.k8s.io/v1/namespaces/ns/leases", apiclient.GroupPath("coordination.k8s.io", "v1", "ns", "leases", ""))

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/k8spatterns/config-watcher/internal/jitter"
 )
 
 const (
@@ -17,7 +19,7 @@ const (
 func DefaultBackOff() backoff.BackOff {
 	return backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(800*time.Millisecond),
-		backoff.WithRandomizationFactor(0.5),
+		backoff.WithRandomizationFactor(jitter.Factor(0.5)),
 		backoff.WithMultiplier(2),
 		backoff.WithMaxInterval(maxBackOff),
 		backoff.WithMaxElapsedTime(0), // a controller never gives up on its API server

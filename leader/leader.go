@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/jitter"
 	"github.com/k8spatterns/config-watcher/internal/retrylog"
 )
 
@@ -147,7 +147,7 @@ func (e *Elector) acquire(ctx context.Context) bool {
 		if ok {
 			return true
 		}
-		if !sleep(ctx, jitter(e.cfg.RetryPeriod)) {
+		if !sleep(ctx, spread(e.cfg.RetryPeriod)) {
 			return false
 		}
 	}
@@ -303,9 +303,9 @@ func microTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
 }
 
-// jitter spreads retries of several replicas by up to 20 %.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+// spread spreads retries of several replicas by up to 20 %.
+func spread(d time.Duration) time.Duration {
+	return d + jitter.N(d/5+1)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -18,8 +18,8 @@ import (
 	"github.com/k8spatterns/config-watcher/selector"
 )
 
-// Config of the controller. main passes every field from the settings,
-// whose defaults are in config.go (and --help). New guards the zero values
+// Config of the controller. internal/app passes every field from the settings,
+// whose defaults are in internal/app/config.go (and --help). New guards the zero values
 // that would stop the controller (no worker, a budget of no pod, a deadline
 // already past) with the same defaults, for tests; other zero values mean
 // what they say.

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -137,7 +138,7 @@ func (b *tokenBucket) wait(ctx context.Context) error {
 			b.mu.Unlock()
 			return nil
 		}
-		need := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+		need := untilToken(b.tokens, b.rate)
 		b.mu.Unlock()
 		t := time.NewTimer(need)
 		select {
@@ -147,4 +148,12 @@ func (b *tokenBucket) wait(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// untilToken is how long a bucket holding tokens (< 1) takes to hold one,
+// rounded up: a shortfall of a hair rounded down to no wait would spin
+// without letting time pass (a clock that moves only while everything
+// waits, as the simulator's, never leaves the loop).
+func untilToken(tokens, rate float64) time.Duration {
+	return time.Duration(math.Ceil((1 - tokens) / rate * float64(time.Second)))
 }

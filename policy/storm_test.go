@@ -285,3 +285,12 @@ func TestMixedIntentRestartsEveryPodOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenWaitNeverRoundsToNothing ensures a bucket a hair short of a
+// token waits at least a nanosecond: a wait rounded down to zero spins
+// without letting time pass, for ever on a clock that moves only while
+// everything waits (the simulator found it).
+func TestTokenWaitNeverRoundsToNothing(t *testing.T) {
+	assert.Equal(t, time.Nanosecond, untilToken(1-1e-15, 5))
+	assert.Equal(t, 200*time.Millisecond, untilToken(0, 5))
+}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -381,6 +382,7 @@ func (c *Controller) complete(ctx context.Context, key string, obj object, r *ro
 		}
 	}
 	if len(missed) > 0 {
+		slices.SortFunc(missed, func(a, b podRef) int { return strings.Compare(a.name, b.name) }) // as take orders its pods
 		log.Info("restarting pods the index had not seen when the round began, or that changed since", "pods", len(missed), "swept", !caught)
 		all := append(slices.Clone(r.pods), missed...)
 		if err := c.writeIntent(ctx, key, obj, r, all, log); err != nil {

@@ -214,6 +214,10 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 			r.pods = append(r.pods, p.podRef)
 		}
 	}
+	// In name order, as a LIST gives them: which pods a wave takes first
+	// does not hang on the index's map order (and a simulator's seed
+	// replays).
+	slices.SortFunc(r.pods, func(a, b podRef) int { return strings.Compare(a.name, b.name) })
 	if x != nil {
 		r.indexed = &indexed{index: x, answered: math.MaxUint64}
 	}

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/k8spatterns/config-watcher/apiclient"
+	"github.com/k8spatterns/config-watcher/internal/jitter"
 	"github.com/k8spatterns/config-watcher/internal/retrylog"
 	"github.com/k8spatterns/config-watcher/metrics"
 )
@@ -323,7 +323,7 @@ func (lw *ListWatcher) listItem(raw []byte) {
 func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Duration, err error) {
 	timeout = lw.cfg.MinWatchTimeout
 	if span := lw.cfg.MaxWatchTimeout - lw.cfg.MinWatchTimeout; span > 0 {
-		timeout += rand.N(span)
+		timeout += jitter.N(span)
 	}
 	q := lw.query(url.Values{
 		"watch":               {"true"},

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // TestSettingsDoc ensures docs/settings.md lists every setting of config.go,
 // in the same order, with the same flag and default, and nothing else.
 func TestSettingsDoc(t *testing.T) {
-	doc, err := os.ReadFile("docs/settings.md")
+	doc, err := os.ReadFile("../../docs/settings.md")
 	require.NoError(t, err)
 	type row struct{ env, flag, def string }
 	var got []row

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -79,7 +79,7 @@ func exportedMetrics(t *testing.T) map[string][]string {
 // `name{a,b}`, several in a cell.
 func documentedMetrics(t *testing.T) map[string][]string {
 	t.Helper()
-	doc, err := os.ReadFile("docs/operations.md")
+	doc, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	_, section, ok := strings.Cut(string(doc), "\n### Metrics\n")
 	require.True(t, ok, "docs/operations.md has no section ### Metrics")

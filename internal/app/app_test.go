@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -229,14 +229,12 @@ func TestHelpListsEverySettingWithWhatItTakes(t *testing.T) {
 	}
 }
 
-// TestVersionPrintsVersionCommitAndGo ensures --version prints the stamped
+// TestVersionPrintsVersionCommitAndGo ensures --version prints the given
 // version, the commit and the Go version on stdout and runs nothing.
 func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
-	defer func(v, c string) { version, commit = v, c }(version, commit)
-	version, commit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
 	var stdout, stderr bytes.Buffer
 	nothing := func(string) (string, bool) { return "", false }
-	require.NoError(t, run(context.Background(), []string{"--version"}, nothing, &stdout, &stderr, nil))
+	require.NoError(t, Run(context.Background(), Options{Args: []string{"--version"}, LookupEnv: nothing, Stdout: &stdout, Stderr: &stderr, Version: "v1.2.3", Revision: "0123456789abcdef0123456789abcdef01234567"}))
 	assert.Equal(t, "config-watcher v1.2.3 (commit 0123456789abcdef0123456789abcdef01234567, "+runtime.Version()+", "+runtime.GOOS+"/"+runtime.GOARCH+")\n", stdout.String())
 	assert.Empty(t, stderr.String())
 }
@@ -344,7 +342,7 @@ func TestRunRestartsPodsAndServesProbes(t *testing.T) {
 			t.Logf("program output:\n%s", logs.String())
 		}
 	})
-	go func() { errc <- run(ctx, nil, lookup, io.Discard, &logs, ready) }()
+	go func() { errc <- Run(ctx, Options{LookupEnv: lookup, Stdout: io.Discard, Stderr: &logs, Ready: ready}) }()
 	addr := <-ready
 
 	metrics := func() string {
@@ -395,7 +393,7 @@ func get(t *testing.T, url string) int {
 // on SIGTERM. The test binary re-runs itself as the program.
 func TestSIGTERMExitsZero(t *testing.T) {
 	if os.Getenv("CONFIG_WATCHER_RUN_MAIN") == "1" {
-		os.Exit(cli(nil))
+		os.Exit(Main(nil, "dev", "unknown"))
 	}
 	api := httptest.NewServer(&fakeCluster{})
 	defer api.Close()
@@ -454,7 +452,7 @@ func runWith(t *testing.T, env map[string]string) (addr string, logs *testlog.Bu
 	ready, done := make(chan string, 1), make(chan error, 1)
 	logs = &testlog.Buffer{}
 	go func() {
-		done <- run(ctx, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, logs, ready)
+		done <- Run(ctx, Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Stdout: io.Discard, Stderr: logs, Ready: ready})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -1,0 +1,391 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The invariants, from ground truth only: the data each pod started with,
+// every deletion or eviction the server accepted, the workloads' desired
+// counts. Never the controller's annotations, logs or metrics.
+
+// violation is one broken promise.
+type violation struct {
+	invariant string
+	at        time.Duration
+	detail    string
+}
+
+func (v violation) String() string {
+	return fmt.Sprintf("%s at %.3fs: %s", v.invariant, v.at.Seconds(), v.detail)
+}
+
+// checks is what a run found: violations, and restarts of pods already on
+// the current data that a window of docs/design.md explains, by window.
+type checks struct {
+	violations []violation
+	windows    map[string]int
+	restarts   int
+}
+
+func (w *world) violate(invariant, format string, args ...any) {
+	v := violation{invariant: invariant, at: w.now(), detail: fmt.Sprintf(format, args...)}
+	w.checks.violations = append(w.checks.violations, v)
+	w.logf("VIOLATION %s", v)
+	if invariant == "livelock" {
+		w.livelock = true
+	}
+}
+
+func (w *world) podByName(ns, name string) *pod {
+	for _, wl := range w.wls {
+		for _, p := range wl.pods {
+			if p.alive && p.ns == ns && p.name == name {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// lastChange is when a's data last changed.
+func (w *world) lastChange(a annotated) time.Duration {
+	d := w.datas[dataKey(a.kind, a.ns, a.name)]
+	if d == nil || len(d.changes) == 0 {
+		return 0
+	}
+	return d.changes[len(d.changes)-1]
+}
+
+// troubled reports whether requests failed or no controller ran at some
+// time in [from, to].
+func (w *world) troubled(from, to time.Duration) bool {
+	spans := append(slices.Clone(w.downs), w.faultSpans...)
+	if w.downSince >= 0 {
+		spans = append(spans, span{w.downSince, w.now()})
+	}
+	if w.faults.errRate > 0 || w.faults.lostRate > 0 {
+		spans = append(spans, span{to, to})
+	}
+	for _, s := range spans {
+		if s.from <= to && s.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// controllerDeletes is told of every deletion or eviction of a pod the
+// server is about to accept from the controller: never a bystander, once
+// per change, within the budget.
+func (w *world) controllerDeletes(r *request, k key) {
+	p := w.podByName(k.ns, k.name)
+	if p == nil {
+		return
+	}
+	w.checks.restarts++
+	var sel []annotated
+	for _, a := range w.annotatedObjects(k.ns) {
+		if w.selects(a, p) {
+			sel = append(sel, a)
+		}
+	}
+	w.logf("truth: controller %d restarts %s/%s (%s, Ready %v, sent at %.3fs)", r.conn.gen, p.ns, p.name, p.uid, p.ready, r.at.Seconds())
+	for k, since := range w.waitSince {
+		if since >= 0 && strings.Contains(k, "/"+p.ns+"/") {
+			delete(w.waitSince, k) // a restart is progress
+		}
+	}
+	if len(sel) == 0 {
+		if w.selChanged[k.ns] >= r.at {
+			w.note("selection changed while the request was in flight")
+			return
+		}
+		w.violate("bystander", "%s/%s deleted though no object selects it (labels %v)", p.ns, p.name, p.labels)
+		return
+	}
+	redundant := true
+	for _, a := range sel {
+		if !current(a, p) {
+			redundant = false
+		}
+	}
+	if redundant {
+		if why := w.window(p, sel); why != "" {
+			w.note(why)
+		} else {
+			w.violate("once", "%s/%s restarted though it runs the current data of %s", p.ns, p.name, names(sel))
+		}
+	}
+	// A bare pod is restarted outside the budget (docs/design.md, waves).
+	if w.available(p) && p.wl.kind != "" {
+		for _, a := range sel {
+			if w.inBudget(a, p) && !current(a, p) {
+				w.checkBudget(a, p, r)
+			}
+		}
+	}
+}
+
+func names(as []annotated) string {
+	var s []string
+	for _, a := range as {
+		s = append(s, a.kind+"/"+a.name)
+	}
+	return strings.Join(s, ",")
+}
+
+func (w *world) note(window string) {
+	if w.checks.windows == nil {
+		w.checks.windows = map[string]int{}
+	}
+	w.checks.windows[window]++
+	w.logf("truth: window %q", window)
+}
+
+// window names the window of docs/design.md ("What the model cannot see",
+// the state model) that explains restarting p, which already runs the
+// current data of every object in sel; "" if none does.
+func (w *world) window(p *pod, sel []annotated) string {
+	for _, a := range sel {
+		last := w.lastChange(a)
+		switch {
+		case p.created >= last && p.created-last < 2*time.Second:
+			return "created between a change and the controller seeing it"
+		case p.created >= last && w.troubled(last, p.created):
+			return "created between a change and the controller seeing it, while requests failed"
+		case p.created < last:
+			return "data set back: pods mixed, a new round over every pod"
+		}
+		for _, at := range w.lostAt {
+			if at >= last && at <= p.created {
+				return "replacement of a pod whose deletion's answer was lost"
+			}
+		}
+		if w.storm(a) {
+			return "a round begun in a storm, for its own data"
+		}
+	}
+	return ""
+}
+
+// storm reports whether a's last change ended a storm (more than
+// STORM_CHANGES changes within a STORM_WINDOW): its round may record data
+// other than the last, and the next round restarts every pod (the state
+// model's storm row).
+func (w *world) storm(a annotated) bool {
+	d := w.datas[dataKey(a.kind, a.ns, a.name)]
+	n := atoi(w.env["STORM_CHANGES"])
+	win, _ := time.ParseDuration(w.env["STORM_WINDOW"])
+	last := w.lastChange(a)
+	for i := range d.changes {
+		j := i + n
+		if j < len(d.changes) && d.changes[j]-d.changes[i] <= win && d.changes[j] >= last-win {
+			return true
+		}
+	}
+	return false
+}
+
+// available reports whether p is Ready for MIN_READY_SECONDS as the API
+// tells it: a condition's lastTransitionTime has whole seconds.
+func (w *world) available(p *pod) bool {
+	return p.ready && w.now()-p.readySince.Truncate(time.Second) >= w.minReady
+}
+
+// inBudget reports whether a round of a counts p in its budget: a pod a
+// selects. An object some pod reads by key is left out: its round narrows
+// those pods to the ones reading what changed since its record, which the
+// ground truth does not tell.
+func (w *world) inBudget(a annotated, p *pod) bool {
+	if a.byRef {
+		for _, q := range w.alivePods() {
+			if keys, ok := q.reads(a.kind, a.name); ok && keys != nil && q.ns == a.ns {
+				return false
+			}
+		}
+	}
+	return w.selects(a, p)
+}
+
+// allowed is MAX_UNAVAILABLE of expected pods: rounded down, at least 1.
+func (w *world) allowed(expected int) int {
+	if pct, ok := strings.CutSuffix(w.budget, "%"); ok {
+		n, _ := strconv.Atoi(pct)
+		return max(1, expected*n/100)
+	}
+	n, _ := strconv.Atoi(w.budget)
+	return n
+}
+
+// checkBudget: restarting the Ready pod p leaves a's pods at least
+// expected - MAX_UNAVAILABLE available, expected as the disruption
+// controller counts it (owners' desired counts, less their pods a does
+// not select).
+func (w *world) checkBudget(a annotated, p *pod, r *request) {
+	expected, available := w.counts(a, p)
+	if available >= expected-w.allowed(expected) {
+		return
+	}
+	if w.readyDropped[a.ns] >= r.at {
+		w.note("a pod became unavailable while the restart was in flight")
+		return
+	}
+	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
+}
+
+// counts returns a's expected and available pods were p gone.
+func (w *world) counts(a annotated, p *pod) (expected, available int) {
+	for _, wl := range w.wls {
+		if wl.ns != a.ns || wl.kind == "" {
+			continue // the budget counts owned pods
+		}
+		selected, other := 0, 0
+		for _, q := range wl.live() {
+			if w.inBudget(a, q) {
+				selected++
+				if q != p && w.available(q) {
+					available++
+				}
+			} else {
+				other++
+			}
+		}
+		if selected == 0 {
+			continue
+		}
+		desired := selected
+		switch wl.kind {
+		case "ReplicaSet":
+			desired = wl.replicas
+		case "DaemonSet":
+			desired = 0
+			for _, up := range wl.nodes {
+				if up {
+					desired++
+				}
+			}
+		}
+		expected += max(selected, desired-other)
+	}
+	return expected, available
+}
+
+// checkConverged: at quiescence every selected pod runs its objects' last
+// data, but where a namespace holds bad data (a halted round waits for a
+// fix) or a documented window explains it.
+func (w *world) checkConverged() {
+	for _, ns := range w.nss {
+		objs := w.annotatedObjects(ns)
+		bad := false
+		for _, a := range objs {
+			bad = bad || hasBad(a.data)
+		}
+		if bad {
+			continue
+		}
+		for _, a := range objs {
+			for _, p := range w.alivePods() {
+				if !w.selects(a, p) || current(a, p) {
+					continue
+				}
+				if why := w.convergeWindow(a, p); why != "" {
+					w.note(why)
+					continue
+				}
+				w.violate("converge", "%s/%s (created %.3fs) does not run the last data of %s/%s (changed %.3fs)", p.ns, p.name, p.created.Seconds(), a.kind, a.name, w.lastChange(a).Seconds())
+			}
+		}
+	}
+}
+
+// convergeWindow names the documented window that leaves p on other data
+// than a's last, "" if none.
+func (w *world) convergeWindow(a annotated, p *pod) string {
+	dk := dataKey(a.kind, a.ns, a.name)
+	if w.adoptedWhileDown[dk] {
+		return "object created again while no controller ran: adopted"
+	}
+	for _, s := range w.outSpans[a.ns] {
+		for _, c := range w.datas[dk].changes {
+			if c >= s.from && c <= s.to {
+				return "data changed while its namespace had opted out: adopted"
+			}
+		}
+	}
+	for _, s := range w.downs {
+		if p.created >= s.from && p.created <= s.to {
+			for _, c := range w.datas[dk].changes {
+				if c >= s.from && c <= s.to {
+					return "data changed and set back while no controller ran"
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// checkPrompt, every second: no round waits more than 2 s while a pod it
+// waits for is Ready and every budget that counts it allows its restart.
+// Judged only where the ground truth can tell: objects selecting by labels
+// alone, a controller running for 20 s with no fault meanwhile, no bad data
+// in the namespace, no storm, no SETTLE wait, no change in the last 2 s.
+func (w *world) checkPrompt() {
+	if w.waitSince == nil {
+		w.waitSince = map[string]time.Duration{}
+	}
+	now := w.now()
+	settle, _ := time.ParseDuration(w.env["SETTLE"])
+	calm := w.proc != nil && now-w.procSince >= 20*time.Second && !w.troubled(now-20*time.Second, now)
+	for _, ns := range w.nss {
+		objs := w.annotatedObjects(ns)
+		bad := false
+		for _, a := range objs {
+			bad = bad || hasBad(a.data)
+		}
+		for _, a := range objs {
+			k := dataKey(a.kind, a.ns, a.name)
+			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second {
+				delete(w.waitSince, k)
+				continue
+			}
+			var ready *pod
+			for _, p := range w.alivePods() {
+				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.available(p) && w.budgetAllows(p) {
+					ready = p
+					break
+				}
+			}
+			if ready == nil {
+				delete(w.waitSince, k)
+				continue
+			}
+			since, ok := w.waitSince[k]
+			switch {
+			case !ok:
+				w.waitSince[k] = now
+			case now-since > 3*time.Second && since >= 0:
+				w.violate("prompt", "the round of %s waited %.1fs while %s/%s was Ready, not on its data, and every budget allowed its restart", k, (now - since).Seconds(), ready.ns, ready.name)
+				w.waitSince[k] = -1 // said once
+			}
+		}
+	}
+}
+
+// budgetAllows reports whether restarting p keeps every object that
+// selects it and would restart it within MAX_UNAVAILABLE.
+func (w *world) budgetAllows(p *pod) bool {
+	for _, a := range w.annotatedObjects(p.ns) {
+		if !w.inBudget(a, p) || current(a, p) {
+			continue
+		}
+		expected, available := w.counts(a, p)
+		if available < expected-w.allowed(expected) {
+			return false
+		}
+	}
+	return true
+}

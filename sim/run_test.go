@@ -1,0 +1,792 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing/synctest"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/internal/app"
+	"github.com/k8spatterns/config-watcher/internal/testlog"
+)
+
+// The driver: it answers pending requests in an order the seed picks, runs
+// the outside events when they are due, and lets virtual time pass only
+// when every goroutine of the bubble waits.
+
+// process is one controller process: its connection dies with it.
+type process struct {
+	gen    int
+	conn   *conn
+	cancel context.CancelFunc
+	done   chan struct{}
+	logs   *testlog.Buffer
+	err    error
+}
+
+// startController starts a controller process, wired as the program is.
+func (w *world) startController() {
+	w.gens++
+	p := &process{gen: w.gens, conn: &conn{api: w.api, gen: w.gens}, done: make(chan struct{}), logs: &testlog.Buffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	env := w.env
+	go func() {
+		defer close(p.done)
+		p.err = app.Run(ctx, app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn})
+	}()
+	w.proc, w.procSince = p, w.now()
+	w.procs = append(w.procs, p)
+	if w.downSince >= 0 {
+		w.downs = append(w.downs, span{w.downSince, w.now()})
+		w.downSince = -1
+	}
+	w.logf("fault: controller %d started", p.gen)
+}
+
+// kill is SIGKILL: from this instant none of the process's requests
+// reaches the server and no answer reaches it.
+func (w *world) kill() {
+	p := w.proc
+	if p == nil {
+		return
+	}
+	w.api.mu.Lock()
+	p.conn.dead = true
+	w.api.mu.Unlock()
+	p.cancel()
+	w.proc, w.downSince = nil, w.now()
+	w.logf("fault: controller %d SIGKILLed", p.gen)
+	w.after(w.between(time.Second, 10*time.Second), "restart", w.startController)
+}
+
+// terminate is SIGTERM: the process finishes in-flight work, releases its
+// Lease and exits; a new one starts after.
+func (w *world) terminate() {
+	p := w.proc
+	if p == nil {
+		return
+	}
+	p.cancel()
+	w.logf("fault: controller %d SIGTERMed", p.gen)
+	w.proc = nil
+	w.stopping = p
+}
+
+// reap notes a terminated process's exit.
+func (w *world) reap(restart bool) {
+	p := w.stopping
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+	default:
+		return
+	}
+	w.api.mu.Lock()
+	p.conn.dead = true
+	w.api.mu.Unlock()
+	w.stopping, w.downSince = nil, w.now()
+	w.logf("fault: controller %d exited (%v)", p.gen, p.err)
+	if restart {
+		w.after(w.between(500*time.Millisecond, 5*time.Second), "restart", w.startController)
+	}
+}
+
+// answer serves one request, or fails it as the faults in force say.
+func (w *world) answer(r *request) {
+	if r.ctx.Err() != nil {
+		w.logf("api: %d %s: the client gave up", r.conn.gen, r)
+		return
+	}
+	watch := r.query.Get("watch") == "true"
+	if !watch && w.chance(w.faults.errRate) {
+		code := pick(w, []int{500, 503, 504})
+		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
+		w.reply(r, answer{resp: status(code, "InternalError", "sim: fault")})
+		return
+	}
+	lost := !watch && w.chance(w.faults.lostRate)
+	w.serving = r
+	resp := w.api.serve(r)
+	w.serving = nil
+	if lost {
+		w.logf("api: %d %s -> %d, answer lost (fault)", r.conn.gen, r, resp.StatusCode)
+		if r.method == http.MethodDelete || strings.HasSuffix(r.path, "/eviction") {
+			w.lostAt = append(w.lostAt, w.now())
+		}
+		w.reply(r, answer{err: errors.New("sim: connection reset by peer")})
+		return
+	}
+	if !watch && !(r.method == http.MethodGet && w.quietGets) {
+		w.logf("api: %d %s -> %d", r.conn.gen, r, resp.StatusCode)
+	} else if watch {
+		w.logf("api: %d %s -> watch", r.conn.gen, r)
+	}
+	w.reply(r, answer{resp: resp})
+}
+
+// reply queues r's answer for delivery.
+func (w *world) reply(r *request, a answer) {
+	w.api.outbox = append(w.api.outbox, &delivery{r: r, ans: a})
+}
+
+// deliver hands over one queued delivery the seed picks: an answer, or the
+// next line (or end) of one watch. Each is followed by synctest.Wait, so
+// what it causes is done before the next: the seed alone orders them.
+func (w *world) deliver() {
+	var heads []int
+	seen := map[*stream]bool{}
+	for i, d := range w.api.outbox {
+		if d.s == nil {
+			heads = append(heads, i)
+		} else if !seen[d.s] {
+			seen[d.s] = true
+			heads = append(heads, i)
+		}
+	}
+	i := pick(w, heads)
+	d := w.api.outbox[i]
+	w.api.outbox = slices.Delete(w.api.outbox, i, i+1)
+	switch {
+	case d.r != nil:
+		d.r.answer <- d.ans
+	case d.line != nil:
+		d.s.write(d.line)
+	default:
+		d.s.finish(d.end)
+	}
+}
+
+// loop drives the world until done says so or virtual time reaches limit.
+func (w *world) loop(limit time.Duration, done func() bool) {
+	spins, at := 0, w.now()
+	for w.now() < limit && !done() && !w.livelock {
+		synctest.Wait()
+		if w.now() != at {
+			spins, at = 0, w.now()
+		}
+		if spins++; spins > 50000 {
+			w.violate("livelock", "more than 50000 steps at one virtual instant")
+			return
+		}
+		w.reap(!w.ending)
+		reqs := w.api.takePending()
+		w.rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+		for _, r := range reqs {
+			w.answer(r)
+		}
+		if len(w.api.outbox) > 0 {
+			w.deliver()
+			continue
+		}
+		if len(w.timers) > 0 && w.timers[0].at <= w.now() {
+			heap.Pop(&w.timers).(*timer).fn()
+			continue
+		}
+		d := limit - w.now()
+		if len(w.timers) > 0 {
+			d = min(d, w.timers[0].at-w.now())
+		}
+		var stopped chan struct{}
+		if w.stopping != nil {
+			stopped = w.stopping.done
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-w.api.wake:
+		case <-stopped:
+		}
+		t.Stop()
+	}
+}
+
+// every schedules fn every d, from d on, until the run ends.
+func (w *world) every(d time.Duration, what string, fn func()) {
+	w.after(d, what, func() {
+		if !w.ending {
+			fn()
+			w.every(d, what, fn)
+		}
+	})
+}
+
+// run is one whole run: the cluster, the controller, the workload, then a
+// quiet time at whose end every promise is checked, then a graceful stop.
+func (w *world) run() {
+	w.setup()
+	w.startController()
+	w.every(30*time.Second, "bookmarks", func() { w.api.tickWatches(true) })
+	w.every(time.Second, "watch ends", func() { w.api.tickWatches(false) })
+	w.every(time.Second, "prompt", w.checkPrompt)
+	w.generate()
+	w.loop(w.activeEnd, func() bool { return false })
+	w.heal()
+	w.loop(w.activeEnd+w.quiet, func() bool { return false })
+	w.checkConverged()
+	w.ending = true
+	w.terminate()
+	w.loop(w.activeEnd+w.quiet+5*time.Minute, func() bool { return w.stopping == nil })
+	w.api.mu.Lock()
+	for _, p := range w.procs {
+		p.conn.dead = true
+		p.cancel()
+	}
+	w.api.mu.Unlock()
+	w.api.cutWatches(false)
+	for _, p := range w.procs {
+		w.loop(w.now()+5*time.Minute, func() bool {
+			select {
+			case <-p.done:
+				return true
+			default:
+				return false
+			}
+		})
+	}
+	w.timers = nil
+}
+
+func newWorld(seed uint64) *world {
+	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
+		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
+		adoptedWhileDown: map[string]bool{}, selChanged: map[string]time.Duration{}, readyDropped: map[string]time.Duration{}, downSince: -1}
+	w.api = newAPI(w)
+	return w
+}
+
+// --- the workload: every outside event, drawn from the seed ---
+
+// setup draws the settings and the cluster: namespaces, workloads, the
+// data objects and how each workload reads them.
+func (w *world) setup() {
+	w.nss = []string{"ns-a"}
+	if w.chance(0.4) {
+		w.nss = append(w.nss, "ns-b")
+	}
+	w.env = w.drawSettings()
+	w.minReady = time.Duration(atoi(w.env["MIN_READY_SECONDS"])) * time.Second
+	w.budget = w.env["MAX_UNAVAILABLE"]
+	w.optIn = w.env["POD_OPT_IN_LABEL"] != ""
+	w.consent = w.env["WATCH_NAMESPACE"] == "*" && w.env["NAMESPACE_SELECTOR"] != ""
+	for _, ns := range w.nss {
+		w.watched[ns] = w.env["WATCH_NAMESPACE"] == "*" || slices.Contains(strings.Split(w.env["WATCH_NAMESPACE"], ","), ns)
+		labels := map[string]any{}
+		if !w.consent || w.chance(0.85) {
+			labels[consentLabel] = "true"
+		} else {
+			w.initialOut[ns] = true
+		}
+		w.api.put(key{"namespaces", "", ns}, object{"kind": "Namespace", "apiVersion": "v1", "metadata": map[string]any{"name": ns, "labels": labels}})
+	}
+	for _, ns := range w.nss {
+		var names []string
+		n := 1 + w.rng.IntN(3)
+		for i := range n {
+			wl := &workload{kind: "ReplicaSet", ns: ns, name: fmt.Sprintf("rs%d", i+1), replicas: 1 + w.rng.IntN(7)}
+			w.wls = append(w.wls, wl)
+			names = append(names, wl.name)
+		}
+		if w.chance(0.4) {
+			wl := &workload{kind: "DaemonSet", ns: ns, name: "ds", nodes: make([]bool, 2+w.rng.IntN(3))}
+			for node := range wl.nodes {
+				wl.nodes[node] = true
+			}
+			w.wls = append(w.wls, wl)
+			names = append(names, wl.name)
+		}
+		if w.chance(0.3) {
+			w.wls = append(w.wls, &workload{ns: ns, name: "bare"})
+			names = append(names, "bare")
+		}
+		var objs []ref
+		for i := range 1 + w.rng.IntN(3) {
+			objs = append(objs, ref{kind: "configmaps", name: fmt.Sprintf("cm%d", i+1)})
+		}
+		if w.env["WATCH_SECRETS"] == "true" {
+			objs = append(objs, ref{kind: "secrets", name: "secret1"})
+		}
+		for _, o := range objs {
+			ann := map[string]string{}
+			switch x := w.rng.IntN(10); {
+			case x < 5:
+				ann[selectorAnnotation] = w.drawSelector(names)
+			case x < 8:
+				ann[byRefAnnotation] = "true"
+			case x < 9:
+				ann[selectorAnnotation] = w.drawSelector(names)
+				ann[byRefAnnotation] = "true"
+			}
+			w.createData(o.kind, ns, o.name, ann, map[string]string{"k1": "v0", "k2": "v0", "k3": "v0"})
+		}
+		for _, wl := range w.wls {
+			if wl.ns != ns {
+				continue
+			}
+			w.uids++
+			wl.uid = fmt.Sprintf("owner-%d", w.uids)
+			wl.labels = map[string]string{"app": wl.name, "tier": pick(w, []string{"web", "web", "batch"})}
+			if w.optIn && w.chance(0.7) {
+				wl.labels[optInLabel] = "true"
+			}
+			for _, o := range objs {
+				if !w.chance(0.5) {
+					continue
+				}
+				r := ref{kind: o.kind, name: o.name, how: pick(w, []string{"envFrom", "volume", "projected", "key", "key", "init"}), opt: w.chance(0.2)}
+				if r.how == "key" {
+					r.key = pick(w, []string{"k1", "k2", "k4"})
+					r.opt = r.opt || r.key == "k4"
+				}
+				wl.refs = append(wl.refs, r)
+			}
+			switch wl.kind {
+			case "ReplicaSet":
+				for range wl.replicas {
+					w.newPod(wl, 0)
+				}
+			case "DaemonSet":
+				for node := range wl.nodes {
+					w.newPod(wl, node)
+				}
+			default:
+				w.newPod(wl, 0)
+			}
+		}
+	}
+	// Every pod Ready before the controller starts.
+	for _, wl := range w.wls {
+		for _, p := range wl.pods {
+			p.ready, p.readySince = true, 0
+			w.storePod(p)
+		}
+	}
+	w.timers = nil
+	w.activeEnd = w.between(90*time.Second, 240*time.Second)
+	w.quiet = 4 * time.Minute
+	keys := make([]string, 0, len(w.env))
+	for k := range w.env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var s []string
+	for _, k := range keys {
+		s = append(s, k+"="+w.env[k])
+	}
+	w.logf("settings: %s", strings.Join(s, " "))
+	for _, wl := range w.wls {
+		w.logf("world: %s %s/%s labels %v replicas %d nodes %d reads %v", wl.kind, wl.ns, wl.name, wl.labels, wl.replicas, len(wl.nodes), wl.refs)
+	}
+	for _, ns := range w.nss {
+		for _, a := range w.annotatedObjects(ns) {
+			w.logf("world: %s %s/%s selector %v byRef %v", a.kind, a.ns, a.name, a.sel, a.byRef)
+		}
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// drawSelector picks a selector over the workloads' labels.
+func (w *world) drawSelector(names []string) string {
+	switch w.rng.IntN(4) {
+	case 0:
+		return "tier=web"
+	case 1:
+		a, b := pick(w, names), pick(w, names)
+		return "app in (" + a + "," + b + ")"
+	default:
+		return "app=" + pick(w, names)
+	}
+}
+
+// notDrawn are the settings of docs/settings.md the simulator does not draw,
+// and why.
+var notDrawn = map[string]string{
+	"LEASE_NAMESPACE":     "set to the first namespace: where the Lease lives changes nothing the invariants see",
+	"API_URL":             "the simulated cluster's",
+	"SELECTOR_ANNOTATION": "the default: its name changes nothing",
+	"HTTP_ADDR":           "no listener in the bubble (internal/app.Options.Transport)",
+	"LOG_FORMAT":          "output only",
+	"LOG_LEVEL":           "output only",
+	"POD_NAMESPACE":       "the controller's own pod is not modelled yet",
+	"POD_UID":             "the controller's own pod is not modelled yet",
+	"RECORD_HASH":         "true: false keeps the state in memory, and a killed controller then adopts (no promise to check)",
+	"DIGEST_KEY_FILE":     "a fixed key file, with WATCH_SECRETS",
+	"DRY_RUN":             "nothing is restarted: no promise to check",
+	"LEASE_NAME":          "its name changes nothing",
+	"LEASE_DURATION":      "the defaults (one replica runs at a time)",
+	"RENEW_DEADLINE":      "the defaults (one replica runs at a time)",
+	"RETRY_PERIOD":        "the defaults (one replica runs at a time)",
+}
+
+// drawSettings draws every setting that changes behaviour.
+func (w *world) drawSettings() map[string]string {
+	env := map[string]string{
+		"API_URL":                 "http://sim.invalid",
+		"LOG_LEVEL":               "info",
+		"MAX_UNAVAILABLE":         pick(w, []string{"1", "2", "25%", "50%", "100%"}),
+		"MIN_READY_SECONDS":       pick(w, []string{"0", "0", "1", "3"}),
+		"SETTLE":                  pick(w, []string{"0s", "0s", "1s", "3s"}),
+		"STORM_CHANGES":           pick(w, []string{"3", "5"}),
+		"STORM_WINDOW":            pick(w, []string{"5s", "20s", "1m"}),
+		"MAX_RESTARTS_PER_SECOND": pick(w, []string{"0", "1", "5", "50"}),
+		"MAX_CONCURRENT_RESTARTS": pick(w, []string{"0", "2", "10"}),
+		"PROGRESS_DEADLINE":       pick(w, []string{"20s", "1m", "10m"}),
+		"RESTART_STRATEGY":        pick(w, []string{"delete", "delete", "evict"}),
+		"POD_INDEX":               pick(w, []string{"true", "true", "false"}),
+		"WORKERS":                 pick(w, []string{"1", "4"}),
+		"EVENTS":                  pick(w, []string{"true", "true", "false"}),
+		"SHUTDOWN_TIMEOUT":        pick(w, []string{"0s", "10s"}),
+		"LEADER_ELECT":            pick(w, []string{"false", "false", "true"}),
+		"POD_NAME":                "config-watcher-0",
+		"WATCH_SECRETS":           pick(w, []string{"false", "false", "true"}),
+		"NAMESPACE_SELECTOR":      "",
+		"POD_OPT_IN_LABEL":        "",
+		"LEASE_NAMESPACE":         "ns-a",
+	}
+	if w.chance(0.15) {
+		env["POD_OPT_IN_LABEL"] = optInLabel + "=true"
+	}
+	switch {
+	case w.chance(0.4):
+		env["WATCH_NAMESPACE"] = "*"
+		if w.chance(0.6) {
+			env["NAMESPACE_SELECTOR"] = consentLabel + "=true"
+		}
+	default:
+		env["WATCH_NAMESPACE"] = strings.Join(w.nss, ",")
+		if len(w.nss) > 1 && w.chance(0.3) {
+			env["WATCH_NAMESPACE"] = w.nss[0]
+		}
+	}
+	if env["WATCH_SECRETS"] == "true" {
+		env["DIGEST_KEY_FILE"] = digestKeyFile
+	}
+	return env
+}
+
+// digestKeyFile is the key file of WATCH_SECRETS, written once per process.
+var digestKeyFile string
+
+// dataObjects lists the data objects, in a stable order.
+func (w *world) dataObjects() []*data {
+	var out []*data
+	for _, d := range w.datas {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b *data) int {
+		return strings.Compare(dataKey(a.kind, a.ns, a.name), dataKey(b.kind, b.ns, b.name))
+	})
+	return out
+}
+
+func (w *world) alivePods() []*pod {
+	var out []*pod
+	for _, wl := range w.wls {
+		for _, p := range wl.pods {
+			if p.alive {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// change sets one key of d to a new value, a bad one, or one it had before.
+func (w *world) change(d *data) {
+	cur := w.dataOf(d.kind, d.ns, d.name)
+	if cur == nil {
+		return
+	}
+	k := pick(w, []string{"k1", "k2", "k3"})
+	w.values++
+	v := fmt.Sprintf("v%d", w.values)
+	switch x := w.rng.Float64(); {
+	case x < 0.1:
+		v = badValue
+	case x < 0.25 && len(w.history[dataKey(d.kind, d.ns, d.name)+"/"+k]) > 0:
+		v = pick(w, w.history[dataKey(d.kind, d.ns, d.name)+"/"+k]) // set back
+	}
+	w.history[dataKey(d.kind, d.ns, d.name)+"/"+k] = append(w.history[dataKey(d.kind, d.ns, d.name)+"/"+k], cur[k])
+	cur[k] = v
+	w.logf("world: %s %s/%s %s=%s", d.kind, d.ns, d.name, k, v)
+	w.setData(d.kind, d.ns, d.name, cur)
+}
+
+// generate schedules the outside events of the active time.
+func (w *world) generate() {
+	w.history = map[string][]string{}
+	type event struct {
+		weight int
+		name   string
+		fn     func()
+	}
+	events := []event{
+		{30, "change", func() { w.change(pick(w, w.dataObjects())) }},
+		{5, "storm", func() {
+			d := pick(w, w.dataObjects())
+			at := time.Duration(0)
+			for range 3 + w.rng.IntN(9) {
+				at += w.between(50*time.Millisecond, 900*time.Millisecond)
+				w.after(at, "storm change", func() { w.change(d) })
+			}
+		}},
+		{8, "scale", func() {
+			rss := slices.DeleteFunc(slices.Clone(w.wls), func(wl *workload) bool { return wl.kind != "ReplicaSet" })
+			wl := pick(w, rss)
+			w.scale(wl, 1+w.rng.IntN(8))
+		}},
+		{8, "blip", func() {
+			pods := slices.DeleteFunc(w.alivePods(), func(p *pod) bool { return !p.ready })
+			if len(pods) == 0 {
+				return
+			}
+			p := pick(w, pods)
+			w.setReady(p, false)
+			w.after(w.between(time.Second, 20*time.Second), "blip ends", func() { w.setReady(p, true) })
+		}},
+		{3, "node lost", func() {
+			for _, wl := range w.wls {
+				if wl.kind != "DaemonSet" {
+					continue
+				}
+				node := w.rng.IntN(len(wl.nodes))
+				if !wl.nodes[node] {
+					return
+				}
+				wl.nodes[node] = false
+				w.logf("world: node %d of %s/%s lost", node, wl.ns, wl.name)
+				for _, p := range wl.pods {
+					if p.alive && p.node == node {
+						w.deletePod(p, "node lost")
+					}
+				}
+				w.after(w.between(10*time.Second, 60*time.Second), "node back", func() {
+					wl.nodes[node] = true
+					w.logf("world: node %d of %s/%s back", node, wl.ns, wl.name)
+					w.reconcile(wl)
+				})
+				return
+			}
+		}},
+		{3, "relabel", func() {
+			pods := w.alivePods()
+			if len(pods) == 0 {
+				return
+			}
+			p := pick(w, pods)
+			w.selectionEdit(p.ns, func() {
+				switch w.rng.IntN(3) {
+				case 0:
+					w.relabel(p, "app", "other")
+				case 1:
+					w.relabel(p, "tier", pick(w, []string{"web", "batch", ""}))
+				default:
+					w.relabel(p, optInLabel, pick(w, []string{"true", ""}))
+				}
+			})
+		}},
+		{3, "selector edit", func() {
+			d := pick(w, w.dataObjects())
+			o := w.api.get(key{d.kind, d.ns, d.name})
+			if o == nil {
+				return
+			}
+			var names []string
+			for _, wl := range w.wls {
+				if wl.ns == d.ns {
+					names = append(names, wl.name)
+				}
+			}
+			o = clone(o)
+			ann, _ := meta(o)["annotations"].(map[string]any)
+			if ann == nil {
+				ann = map[string]any{}
+				meta(o)["annotations"] = ann
+			}
+			sel := w.drawSelector(names)
+			ann[selectorAnnotation] = sel
+			w.selChanged[d.ns] = w.now()
+			w.logf("world: %s %s/%s selector now %s", d.kind, d.ns, d.name, sel)
+			w.selectionEdit(d.ns, func() { w.api.put(key{d.kind, d.ns, d.name}, o) })
+		}},
+		{3, "re-create", func() {
+			d := pick(w, w.dataObjects())
+			k := key{d.kind, d.ns, d.name}
+			o := w.api.get(k)
+			if o == nil {
+				return
+			}
+			w.selChanged[d.ns] = w.now()
+			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
+			w.api.remove(k)
+			ann := annotationsOf(o)
+			for a := range ann {
+				if strings.HasPrefix(a, "config-watcher.k8spatterns.io/") {
+					delete(ann, a) // a re-created object carries only what its author wrote
+				}
+			}
+			w.after(w.between(0, 10*time.Second), "re-create", func() {
+				cur := w.dataOf(d.kind, d.ns, d.name)
+				if cur != nil {
+					return
+				}
+				dd := map[string]string{}
+				for k, v := range w.lastData(o, d.kind) {
+					dd[k] = v
+				}
+				if w.chance(0.5) {
+					w.values++
+					dd["k1"] = fmt.Sprintf("v%d", w.values)
+				}
+				w.logf("world: %s %s/%s created again (data %v)", d.kind, d.ns, d.name, dd)
+				w.createData(d.kind, d.ns, d.name, ann, dd)
+				if w.proc == nil {
+					w.adoptedWhileDown[dataKey(d.kind, d.ns, d.name)] = true
+				}
+			})
+		}},
+		{2, "namespace opt-out", func() {
+			if !w.consent {
+				return
+			}
+			ns := pick(w, w.nss)
+			w.setConsent(ns, false)
+			w.after(w.between(5*time.Second, 30*time.Second), "opt in", func() { w.setConsent(ns, true) })
+		}},
+		{2, "pod deleted", func() {
+			pods := w.alivePods()
+			if len(pods) > 0 {
+				w.deletePod(pick(w, pods), "kubectl delete pod")
+			}
+		}},
+		{4, "SIGKILL", w.kill},
+		{2, "SIGTERM", w.terminate},
+		{3, "5xx", func() {
+			w.faults.errRate = 0.3
+			w.logf("fault: 5xx on 30%% of requests")
+			from := w.now()
+			w.after(w.between(3*time.Second, 20*time.Second), "5xx ends", func() {
+				w.faults.errRate = 0
+				w.faultSpans = append(w.faultSpans, span{from, w.now()})
+				w.logf("fault: 5xx ends")
+			})
+		}},
+		{3, "lost answers", func() {
+			w.faults.lostRate = 0.3
+			w.logf("fault: 30%% of answers lost")
+			from := w.now()
+			w.after(w.between(3*time.Second, 20*time.Second), "lost answers end", func() {
+				w.faults.lostRate = 0
+				w.faultSpans = append(w.faultSpans, span{from, w.now()})
+				w.logf("fault: lost answers end")
+			})
+		}},
+		{3, "watch cut", func() {
+			broken := w.chance(0.5)
+			w.logf("fault: every watch cut (broken %v)", broken)
+			w.api.cutWatches(broken)
+		}},
+		{3, "compaction", func() {
+			w.logf("fault: compaction at %d", w.api.rv)
+			w.api.compact()
+			if w.chance(0.5) {
+				w.api.cutWatches(true)
+			}
+		}},
+	}
+	total := 0
+	for _, e := range events {
+		total += e.weight
+	}
+	for at := w.between(time.Second, 5*time.Second); at < w.activeEnd-5*time.Second; at += w.between(200*time.Millisecond, 8*time.Second) {
+		x := w.rng.IntN(total)
+		for _, e := range events {
+			if x -= e.weight; x < 0 {
+				w.after(at, e.name, func() { w.logf("event: %s", e.name); e.fn() })
+				break
+			}
+		}
+	}
+}
+
+// lastData is an object's data as o holds it, decoded.
+func (w *world) lastData(o object, kind string) map[string]string {
+	out := map[string]string{}
+	d, _ := o["data"].(map[string]any)
+	for k, v := range d {
+		s, _ := v.(string)
+		if kind == "secrets" {
+			b, _ := base64.StdEncoding.DecodeString(s)
+			s = string(b)
+		}
+		out[k] = s
+	}
+	return out
+}
+
+func (w *world) setConsent(ns string, in bool) {
+	k := key{"namespaces", "", ns}
+	o := clone(w.api.get(k))
+	labels, _ := meta(o)["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+		meta(o)["labels"] = labels
+	}
+	if in {
+		labels[consentLabel] = "true"
+	} else {
+		delete(labels, consentLabel)
+	}
+	w.selChanged[ns] = w.now()
+	if in {
+		w.outSpans[ns] = append(w.outSpans[ns], span{w.outSince[ns], w.now()})
+	} else {
+		w.outSince[ns] = w.now()
+	}
+	w.logf("world: namespace %s opted in: %v", ns, in)
+	w.api.put(k, o)
+}
+
+// heal ends the active time: faults stop, the controller runs, bad data is
+// fixed, and namespaces opt in again, so every promise must hold after the
+// quiet time.
+func (w *world) heal() {
+	w.logf("event: heal")
+	w.faults.errRate, w.faults.lostRate = 0, 0
+	for _, d := range w.dataObjects() {
+		cur := w.dataOf(d.kind, d.ns, d.name)
+		if cur != nil && hasBad(cur) {
+			for k, v := range cur {
+				if v == badValue {
+					w.values++
+					cur[k] = fmt.Sprintf("v%d", w.values)
+				}
+			}
+			w.logf("world: %s %s/%s fixed", d.kind, d.ns, d.name)
+			w.setData(d.kind, d.ns, d.name, cur)
+		}
+	}
+	if w.consent {
+		for _, ns := range w.nss {
+			if !w.initialOut[ns] && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true" {
+				w.setConsent(ns, true)
+			}
+		}
+	}
+	if w.proc == nil && w.stopping == nil && !slices.ContainsFunc(w.timers, func(t *timer) bool { return t.what == "restart" }) {
+		w.startController()
+	}
+}

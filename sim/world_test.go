@@ -1,0 +1,416 @@
+package sim
+
+import (
+	"container/heap"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/k8spatterns/config-watcher/selector"
+)
+
+// The world outside the controller: workloads and their controllers (a
+// ReplicaSet's, a DaemonSet's), the kubelet's readiness, the data objects,
+// and the ground truth the invariants read: what each pod started with and
+// every deletion the server accepted.
+
+const (
+	selectorAnnotation = "k8spatterns.io/podDeleteSelector"
+	byRefAnnotation    = "k8spatterns.io/restartReferencingPods"
+	consentLabel       = "config-watcher.k8spatterns.io/enabled"
+	optInLabel         = "restart-ok"
+	badValue           = "bad" // a pod that reads it crash-loops
+)
+
+// ref is one way a pod template reads a data object.
+type ref struct {
+	kind string // configmaps, secrets
+	name string
+	how  string // envFrom, volume, projected, key, init
+	key  string // for how == key
+	opt  bool   // optional
+}
+
+// workload is a ReplicaSet, a DaemonSet (one pod per node up) or a bare pod.
+type workload struct {
+	kind     string // ReplicaSet, DaemonSet, "" (bare)
+	ns, name string
+	uid      string
+	labels   map[string]string
+	refs     []ref
+	replicas int    // ReplicaSet: desired
+	nodes    []bool // DaemonSet: whether each node is up
+	creating int    // replacements scheduled, not yet created
+	pods     []*pod
+	serial   int
+}
+
+func (wl *workload) live() []*pod {
+	return slices.DeleteFunc(slices.Clone(wl.pods), func(p *pod) bool { return !p.alive })
+}
+
+// pod is a pod's ground truth.
+type pod struct {
+	wl       *workload
+	ns, name string
+	uid      string
+	labels   map[string]string
+	refs     []ref
+	node     int
+	started  map[string]map[string]string // kind/name -> the data it started with
+	// excused: kind/name -> the data of the moment an edit (of a selector or
+	// of its labels) made an object select it: it is owed no restart for that.
+	excused    map[string]map[string]string
+	created    time.Duration
+	ready      bool
+	readySince time.Duration
+	bad        bool
+	alive      bool
+}
+
+// data is one data object's ground truth history.
+type data struct {
+	kind, ns, name string
+	changes        []time.Duration // when its data changed
+}
+
+// timer is an outside event due at a virtual time.
+type timer struct {
+	at   time.Duration
+	seq  int
+	what string
+	fn   func()
+}
+
+type timers []*timer
+
+func (t timers) Len() int { return len(t) }
+func (t timers) Less(i, j int) bool {
+	return t[i].at < t[j].at || (t[i].at == t[j].at && t[i].seq < t[j].seq)
+}
+func (t timers) Swap(i, j int) { t[i], t[j] = t[j], t[i] }
+func (t *timers) Push(x any)   { *t = append(*t, x.(*timer)) }
+func (t *timers) Pop() any {
+	old := *t
+	x := old[len(old)-1]
+	*t = old[:len(old)-1]
+	return x
+}
+
+// world is one run's cluster, its controller processes and its trace.
+type world struct {
+	seed     uint64
+	rng      *rand.Rand
+	start    time.Time
+	api      *api
+	timers   timers
+	seq      int
+	uids     int
+	env      map[string]string
+	nss      []string
+	watched  map[string]bool // namespaces the controller watches
+	consent  bool            // NAMESPACE_SELECTOR in force
+	optIn    bool            // POD_OPT_IN_LABEL in force
+	minReady time.Duration
+	budget   string
+	wls      []*workload
+	datas    map[string]*data // kind/ns/name
+	trace    []string
+	restarts []restart
+	checks   checks
+
+	faults struct {
+		errRate, lostRate float64
+	}
+	proc             *process
+	stopping         *process // SIGTERMed, not exited yet
+	procSince        time.Duration
+	waitSince        map[string]time.Duration // object -> since when a round could restart a Ready pod and did not (-1: said)
+	serving          *request                 // the request being served, if any
+	lostAt           []time.Duration
+	quietGets        bool // GETs left out of the trace
+	livelock         bool
+	ending           bool
+	activeEnd        time.Duration
+	quiet            time.Duration
+	values           int
+	history          map[string][]string // kind/ns/name/key -> values it had
+	initialOut       map[string]bool     // namespaces that never opted in
+	outSince         map[string]time.Duration
+	outSpans         map[string][]span // when a namespace was opted out
+	adoptedWhileDown map[string]bool   // objects created again while no controller ran
+	procs            []*process
+	gens             int
+	downSince        time.Duration // the controller not running since (-1: running)
+	downs            []span        // when no controller ran
+	faultSpans       []span        // when requests failed or answers were lost
+	selChanged       map[string]time.Duration
+	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+}
+
+// span is an interval of virtual time.
+type span struct{ from, to time.Duration }
+
+// restart is a deletion or eviction the server accepted from the
+// controller.
+type restart struct {
+	at     time.Duration
+	pod    *pod
+	sent   time.Duration
+	window string // the design's window that explains a restart of a pod on current data
+}
+
+func (w *world) now() time.Duration   { return time.Since(w.start) }
+func (w *world) clockTime() time.Time { return time.Now() }
+
+func (w *world) logf(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf("%9.3fs ", w.now().Seconds())+fmt.Sprintf(format, args...))
+}
+
+// after schedules fn at d from now.
+func (w *world) after(d time.Duration, what string, fn func()) {
+	w.seq++
+	heap.Push(&w.timers, &timer{at: w.now() + d, seq: w.seq, what: what, fn: fn})
+}
+
+// between draws a duration in [lo, hi).
+func (w *world) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+func (w *world) chance(p float64) bool { return w.rng.Float64() < p }
+
+func pick[T any](w *world, xs []T) T { return xs[w.rng.IntN(len(xs))] }
+
+func (w *world) workloadByName(ns, name string) *workload {
+	for _, wl := range w.wls {
+		if wl.ns == ns && wl.name == name {
+			return wl
+		}
+	}
+	return nil
+}
+
+// --- data objects ---
+
+func dataKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
+
+// dataOf returns the data of an object now (decoded), nil if it does not
+// exist.
+func (w *world) dataOf(kind, ns, name string) map[string]string {
+	o := w.api.get(key{kind, ns, name})
+	if o == nil {
+		return nil
+	}
+	out := map[string]string{}
+	d, _ := o["data"].(map[string]any)
+	for k, v := range d {
+		s, _ := v.(string)
+		if kind == "secrets" {
+			b, _ := base64.StdEncoding.DecodeString(s)
+			s = string(b)
+		}
+		out[k] = s
+	}
+	return out
+}
+
+func encodeData(kind string, d map[string]string) map[string]any {
+	out := map[string]any{}
+	for k, v := range d {
+		if kind == "secrets" {
+			v = base64.StdEncoding.EncodeToString([]byte(v))
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// setData writes an object's data as someone else does (kubectl apply).
+func (w *world) setData(kind, ns, name string, d map[string]string) {
+	k := key{kind, ns, name}
+	o := w.api.get(k)
+	if o == nil {
+		return
+	}
+	o = clone(o)
+	o["data"] = encodeData(kind, d)
+	w.api.put(k, o)
+	dd := w.datas[dataKey(kind, ns, name)]
+	dd.changes = append(dd.changes, w.now())
+}
+
+// createData creates a data object with its annotations.
+func (w *world) createData(kind, ns, name string, ann map[string]string, d map[string]string) {
+	a := map[string]any{}
+	for k, v := range ann {
+		a[k] = v
+	}
+	o := object{"kind": map[string]string{"configmaps": "ConfigMap", "secrets": "Secret"}[kind], "apiVersion": "v1",
+		"metadata": map[string]any{"name": name, "namespace": ns, "annotations": a}, "data": encodeData(kind, d)}
+	if kind == "secrets" {
+		o["type"] = "Opaque"
+	}
+	w.api.put(key{kind, ns, name}, o)
+	dk := dataKey(kind, ns, name)
+	if w.datas[dk] == nil {
+		w.datas[dk] = &data{kind: kind, ns: ns, name: name}
+	}
+	w.datas[dk].changes = append(w.datas[dk].changes, w.now())
+}
+
+// objectWritten is told of every write the controller makes; nothing in
+// the world reacts to them.
+func (w *world) objectWritten(key) {}
+
+// --- selection, from ground truth ---
+
+// annotated is a data object the controller acts for, as it is now.
+type annotated struct {
+	kind, ns, name string
+	sel            *selector.Selector // nil: none
+	byRef          bool
+	data           map[string]string
+}
+
+// annotatedObjects returns the data objects of ns the controller acts for
+// now (watched, consenting namespace, a valid annotation).
+func (w *world) annotatedObjects(ns string) []annotated {
+	if !w.watched[ns] || (w.consent && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true") {
+		return nil
+	}
+	var out []annotated
+	for _, kind := range []string{"configmaps", "secrets"} {
+		if kind == "secrets" && w.env["WATCH_SECRETS"] != "true" {
+			continue
+		}
+		for k, o := range w.api.objects {
+			if k.res != kind || k.ns != ns {
+				continue
+			}
+			ann := annotationsOf(o)
+			a := annotated{kind: kind, ns: ns, name: k.name, byRef: ann[byRefAnnotation] == "true", data: w.dataOf(kind, ns, k.name)}
+			if s, ok := ann[selectorAnnotation]; ok {
+				sel, err := selector.Parse(s)
+				if err != nil {
+					continue
+				}
+				a.sel = sel
+			}
+			if a.sel != nil || a.byRef {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y annotated) int { return strings.Compare(x.kind+x.name, y.kind+y.name) })
+	return out
+}
+
+// reads returns which keys of an object p reads: all (nil, true), some,
+// or none (false).
+func (p *pod) reads(kind, name string) (keys []string, ok bool) {
+	whole := false
+	for _, r := range p.refs {
+		if r.kind != kind || r.name != name {
+			continue
+		}
+		if r.how == "key" {
+			keys = append(keys, r.key)
+		} else {
+			whole = true
+		}
+		ok = true
+	}
+	if whole {
+		return nil, true
+	}
+	return keys, ok
+}
+
+// selects reports whether the object picks p now.
+func (w *world) selects(a annotated, p *pod) bool {
+	if !p.alive || p.ns != a.ns {
+		return false
+	}
+	if w.optIn && p.labels[optInLabel] != "true" {
+		return false
+	}
+	if a.sel != nil && !a.sel.Matches(p.labels) {
+		return false
+	}
+	if a.byRef {
+		if _, ok := p.reads(a.kind, a.name); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// view is the part of an object's data a pod's restart is for: all of it
+// for a selector, the keys the pod reads for a reference by key.
+func view(a annotated, p *pod, d map[string]string) map[string]string {
+	if !a.byRef {
+		return d
+	}
+	keys, _ := p.reads(a.kind, a.name)
+	if keys == nil {
+		return d
+	}
+	out := map[string]string{}
+	for _, k := range keys {
+		if v, ok := d[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// current reports whether p runs a's data now, or is excused from it.
+func current(a annotated, p *pod) bool {
+	k := a.kind + "/" + a.name
+	if e, ok := p.excused[k]; ok && maps.Equal(view(a, p, e), view(a, p, a.data)) {
+		return true
+	}
+	return maps.Equal(view(a, p, p.started[k]), view(a, p, a.data))
+}
+
+// selectionEdit runs edit, then excuses every pod it made some object
+// select: a selection changed is no data change (the state model restarts
+// nothing for it).
+func (w *world) selectionEdit(ns string, edit func()) {
+	before := map[string]bool{}
+	for _, a := range w.annotatedObjects(ns) {
+		for _, p := range w.alivePods() {
+			if w.selects(a, p) {
+				before[a.kind+"/"+a.name+"/"+p.uid] = true
+			}
+		}
+	}
+	edit()
+	for _, a := range w.annotatedObjects(ns) {
+		for _, p := range w.alivePods() {
+			if w.selects(a, p) && !before[a.kind+"/"+a.name+"/"+p.uid] {
+				if p.excused == nil {
+					p.excused = map[string]map[string]string{}
+				}
+				p.excused[a.kind+"/"+a.name] = maps.Clone(a.data)
+			}
+		}
+	}
+}
+
+func hasBad(d map[string]string) bool {
+	for _, v := range d {
+		if v == badValue {
+			return true
+		}
+	}
+	return false
+}
