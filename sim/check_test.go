@@ -263,8 +263,8 @@ func (w *world) counts(a annotated, p *pod) (expected, available int) {
 			desired = wl.replicas
 		case "DaemonSet":
 			desired = 0
-			for _, up := range wl.nodes {
-				if up {
+			for node, up := range wl.nodes {
+				if up && !wl.returning[node] {
 					desired++
 				}
 			}

@@ -575,6 +575,10 @@ func (w *world) generate() {
 				}
 				w.after(w.between(10*time.Second, 60*time.Second), "node back", func() {
 					wl.nodes[node] = true
+					if wl.returning == nil {
+						wl.returning = map[int]bool{}
+					}
+					wl.returning[node] = true
 					w.logf("world: node %d of %s/%s back", node, wl.ns, wl.name)
 					w.reconcile(wl)
 				})

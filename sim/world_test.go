@@ -44,9 +44,13 @@ type workload struct {
 	refs     []ref
 	replicas int    // ReplicaSet: desired
 	nodes    []bool // DaemonSet: whether each node is up
-	creating int    // replacements scheduled, not yet created
-	pods     []*pod
-	serial   int
+	// returning: DaemonSet nodes back up whose pod is not created yet.
+	// The budget counts such a node from its pod on: until then nothing
+	// outside the DaemonSet controller shows that it wants one more.
+	returning map[int]bool
+	creating  int // replacements scheduled, not yet created
+	pods      []*pod
+	serial    int
 }
 
 func (wl *workload) live() []*pod {
