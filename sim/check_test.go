@@ -172,22 +172,27 @@ func (w *world) window(p *pod, sel []annotated) string {
 	return ""
 }
 
-// storm reports whether a's last change ended a storm (more than
-// STORM_CHANGES changes within a STORM_WINDOW): its round may record data
-// other than the last, and the next round restarts every pod (the state
-// model's storm row).
+// storm reports whether a's last change fell in a storm: more than
+// STORM_CHANGES changes within a STORM_WINDOW began it, and it lasts until
+// the data has been quiet for a STORM_WINDOW (policy/storm.go), so every
+// change less than a window after the one before it is in it too. Its
+// round may record data other than the last, and the next round restarts
+// every pod (the state model's storm row); while it lasts, a new round
+// waits for the window after the storm's last round began.
 func (w *world) storm(a annotated) bool {
 	d := w.datas[dataKey(a.kind, a.ns, a.name)]
 	n := atoi(w.env["STORM_CHANGES"])
 	win, _ := time.ParseDuration(w.env["STORM_WINDOW"])
-	last := w.lastChange(a)
-	for i := range d.changes {
-		j := i + n
-		if j < len(d.changes) && d.changes[j]-d.changes[i] <= win && d.changes[j] >= last-win {
-			return true
+	in := false
+	for i, c := range d.changes {
+		if in && c-d.changes[i-1] >= win {
+			in = false // quiet for a window: the storm ended
+		}
+		if !in && i >= n && c-d.changes[i-n] <= win {
+			in = true
 		}
 	}
-	return false
+	return in
 }
 
 // available reports whether p is Ready for MIN_READY_SECONDS as the API
