@@ -263,6 +263,20 @@ func (w *world) createData(kind, ns, name string, ann map[string]string, d map[s
 		o["type"] = "Opaque"
 	}
 	w.api.put(key{kind, ns, name}, o)
+	// A pod created while an object it needs was gone (deleted, not yet
+	// created again) does not start until the object exists: it starts
+	// with this data (the kubelet retries the mount or the environment).
+	for _, p := range w.alivePods() {
+		if _, had := p.started[kind+"/"+name]; had || p.ns != ns {
+			continue
+		}
+		for _, r := range p.refs {
+			if r.kind == kind && r.name == name && !r.opt {
+				p.started[kind+"/"+name] = maps.Clone(d)
+				break
+			}
+		}
+	}
 	dk := dataKey(kind, ns, name)
 	if w.datas[dk] == nil {
 		w.datas[dk] = &data{kind: kind, ns: ns, name: name}
