@@ -114,7 +114,7 @@ func (w *world) controllerDeletes(r *request, k key) {
 		}
 	}
 	if redundant {
-		if why := w.window(p, sel); why != "" {
+		if why := w.window(p, sel, r.conn.gen); why != "" {
 			w.note(why)
 		} else {
 			w.violate("once", "%s/%s restarted though it runs the current data of %s", p.ns, p.name, names(sel))
@@ -147,9 +147,9 @@ func (w *world) note(window string) {
 }
 
 // window names the window of docs/design.md ("What the model cannot see",
-// the state model) that explains restarting p, which already runs the
-// current data of every object in sel; "" if none does.
-func (w *world) window(p *pod, sel []annotated) string {
+// the state model) that explains controller gen restarting p, which
+// already runs the current data of every object in sel; "" if none does.
+func (w *world) window(p *pod, sel []annotated, gen int) string {
 	for _, a := range sel {
 		last := w.lastChange(a)
 		switch {
@@ -168,6 +168,11 @@ func (w *world) window(p *pod, sel []annotated) string {
 		if w.storm(a) {
 			return "a round begun in a storm, for its own data"
 		}
+	}
+	if w.env["POD_INDEX"] == "true" && !w.addedTo[fmt.Sprintf("%s/%d", p.uid, gen)] {
+		// Its first list at start, or a relist after a 410: a list
+		// shows a pod's last update, not its creation.
+		return "pod first seen by the index in a list: counted as created before any change"
 	}
 	return ""
 }

@@ -153,6 +153,7 @@ type world struct {
 	downs            []span        // when no controller ran
 	faultSpans       []span        // when requests failed or answers were lost
 	selChanged       map[string]time.Duration
+	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
 }
 
