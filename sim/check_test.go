@@ -364,7 +364,9 @@ func (w *world) checkPrompt() {
 			}
 			var ready *pod
 			for _, p := range w.alivePods() {
-				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.available(p) && w.budgetAllows(p) {
+				// A pod a documented window leaves on other data (its
+				// object adopted) is owed nothing.
+				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.convergeWindow(a, p) == "" && w.available(p) && w.budgetAllows(p) {
 					ready = p
 					break
 				}
