@@ -610,14 +610,18 @@ type delivery struct {
 	s    *stream
 	line []byte
 	end  error
+	// added: the uid of the pod an ADDED event of a pods watch shows.
+	added string
 }
 
 // push queues one line for the client; the driver delivers it.
-func (s *stream) push(line []byte) {
+func (s *stream) push(line []byte) *delivery {
 	if s.closing {
-		return
+		return nil
 	}
-	s.a.outbox = append(s.a.outbox, &delivery{s: s, line: append(line, '\n')})
+	d := &delivery{s: s, line: append(line, '\n')}
+	s.a.outbox = append(s.a.outbox, d)
+	return d
 }
 
 // close queues the stream's end after what it holds (io.EOF: a clean
@@ -695,7 +699,9 @@ func (s *stream) ended() bool {
 
 func (s *stream) event(typ string, o object) {
 	b, _ := json.Marshal(map[string]any{"type": typ, "object": o})
-	s.push(b)
+	if d := s.push(b); d != nil && typ == "ADDED" && s.c.res == "pods" {
+		d.added, _ = meta(o)["uid"].(string)
+	}
 }
 
 // send passes c to the stream as a filtered watch sees it: an object that

@@ -114,7 +114,7 @@ func (w *world) controllerDeletes(r *request, k key) {
 		}
 	}
 	if redundant {
-		if why := w.window(p, sel); why != "" {
+		if why := w.window(p, sel, r.conn.gen); why != "" {
 			w.note(why)
 		} else {
 			w.violate("once", "%s/%s restarted though it runs the current data of %s", p.ns, p.name, names(sel))
@@ -147,9 +147,9 @@ func (w *world) note(window string) {
 }
 
 // window names the window of docs/design.md ("What the model cannot see",
-// the state model) that explains restarting p, which already runs the
-// current data of every object in sel; "" if none does.
-func (w *world) window(p *pod, sel []annotated) string {
+// the state model) that explains controller gen restarting p, which
+// already runs the current data of every object in sel; "" if none does.
+func (w *world) window(p *pod, sel []annotated, gen int) string {
 	for _, a := range sel {
 		last := w.lastChange(a)
 		switch {
@@ -169,25 +169,35 @@ func (w *world) window(p *pod, sel []annotated) string {
 			return "a round begun in a storm, for its own data"
 		}
 	}
+	if w.env["POD_INDEX"] == "true" && !w.addedTo[fmt.Sprintf("%s/%d", p.uid, gen)] {
+		// Its first list at start, or a relist after a 410: a list
+		// shows a pod's last update, not its creation.
+		return "pod first seen by the index in a list: counted as created before any change"
+	}
 	return ""
 }
 
-// storm reports whether a's last change ended a storm (more than
-// STORM_CHANGES changes within a STORM_WINDOW): its round may record data
-// other than the last, and the next round restarts every pod (the state
-// model's storm row).
+// storm reports whether a's last change fell in a storm: more than
+// STORM_CHANGES changes within a STORM_WINDOW began it, and it lasts until
+// the data has been quiet for a STORM_WINDOW (policy/storm.go), so every
+// change less than a window after the one before it is in it too. Its
+// round may record data other than the last, and the next round restarts
+// every pod (the state model's storm row); while it lasts, a new round
+// waits for the window after the storm's last round began.
 func (w *world) storm(a annotated) bool {
 	d := w.datas[dataKey(a.kind, a.ns, a.name)]
 	n := atoi(w.env["STORM_CHANGES"])
 	win, _ := time.ParseDuration(w.env["STORM_WINDOW"])
-	last := w.lastChange(a)
-	for i := range d.changes {
-		j := i + n
-		if j < len(d.changes) && d.changes[j]-d.changes[i] <= win && d.changes[j] >= last-win {
-			return true
+	in := false
+	for i, c := range d.changes {
+		if in && c-d.changes[i-1] >= win {
+			in = false // quiet for a window: the storm ended
+		}
+		if !in && i >= n && c-d.changes[i-n] <= win {
+			in = true
 		}
 	}
-	return false
+	return in
 }
 
 // available reports whether p is Ready for MIN_READY_SECONDS as the API
@@ -263,8 +273,8 @@ func (w *world) counts(a annotated, p *pod) (expected, available int) {
 			desired = wl.replicas
 		case "DaemonSet":
 			desired = 0
-			for _, up := range wl.nodes {
-				if up {
+			for node, up := range wl.nodes {
+				if up && !wl.returning[node] {
 					desired++
 				}
 			}
@@ -354,7 +364,9 @@ func (w *world) checkPrompt() {
 			}
 			var ready *pod
 			for _, p := range w.alivePods() {
-				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.available(p) && w.budgetAllows(p) {
+				// A pod a documented window leaves on other data (its
+				// object adopted) is owed nothing.
+				if p.wl.kind != "" && w.selects(a, p) && !current(a, p) && w.convergeWindow(a, p) == "" && w.available(p) && w.budgetAllows(p) {
 					ready = p
 					break
 				}

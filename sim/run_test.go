@@ -164,6 +164,9 @@ func (w *world) deliver() {
 		d.r.answer <- d.ans
 	case d.line != nil:
 		d.s.write(d.line)
+		if d.added != "" {
+			w.addedTo[fmt.Sprintf("%s/%d", d.added, d.s.conn.gen)] = true
+		}
 	default:
 		d.s.finish(d.end)
 	}
@@ -262,7 +265,7 @@ func (w *world) run() {
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedWhileDown: map[string]bool{}, selChanged: map[string]time.Duration{}, readyDropped: map[string]time.Duration{}, downSince: -1}
+		adoptedWhileDown: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -575,6 +578,10 @@ func (w *world) generate() {
 				}
 				w.after(w.between(10*time.Second, 60*time.Second), "node back", func() {
 					wl.nodes[node] = true
+					if wl.returning == nil {
+						wl.returning = map[int]bool{}
+					}
+					wl.returning[node] = true
 					w.logf("world: node %d of %s/%s back", node, wl.ns, wl.name)
 					w.reconcile(wl)
 				})

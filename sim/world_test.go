@@ -44,9 +44,13 @@ type workload struct {
 	refs     []ref
 	replicas int    // ReplicaSet: desired
 	nodes    []bool // DaemonSet: whether each node is up
-	creating int    // replacements scheduled, not yet created
-	pods     []*pod
-	serial   int
+	// returning: DaemonSet nodes back up whose pod is not created yet.
+	// The budget counts such a node from its pod on: until then nothing
+	// outside the DaemonSet controller shows that it wants one more.
+	returning map[int]bool
+	creating  int // replacements scheduled, not yet created
+	pods      []*pod
+	serial    int
 }
 
 func (wl *workload) live() []*pod {
@@ -149,6 +153,7 @@ type world struct {
 	downs            []span        // when no controller ran
 	faultSpans       []span        // when requests failed or answers were lost
 	selChanged       map[string]time.Duration
+	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
 }
 
@@ -259,6 +264,20 @@ func (w *world) createData(kind, ns, name string, ann map[string]string, d map[s
 		o["type"] = "Opaque"
 	}
 	w.api.put(key{kind, ns, name}, o)
+	// A pod created while an object it needs was gone (deleted, not yet
+	// created again) does not start until the object exists: it starts
+	// with this data (the kubelet retries the mount or the environment).
+	for _, p := range w.alivePods() {
+		if _, had := p.started[kind+"/"+name]; had || p.ns != ns {
+			continue
+		}
+		for _, r := range p.refs {
+			if r.kind == kind && r.name == name && !r.opt {
+				p.started[kind+"/"+name] = maps.Clone(d)
+				break
+			}
+		}
+	}
 	dk := dataKey(kind, ns, name)
 	if w.datas[dk] == nil {
 		w.datas[dk] = &data{kind: kind, ns: ns, name: name}
