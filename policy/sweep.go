@@ -158,9 +158,13 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 }
 
 // viewOf returns every pod of namespace: from the index (x) where one
-// watches and the round has not fallen back to lists, else from a LIST (x
-// nil). A view whose pods' resourceVersions are not numbers is not the
-// index's: preconditions and bounds could not be compared.
+// watches and shows every pending pod of the round, else from a LIST (x
+// nil). A pending pod the index does not show may be gone, or not shown
+// yet (a round that took it from a LIST while the index relisted, or a
+// sweep that found it): only the server says which, and refresh takes a
+// pod missing from the view for gone. A view whose pods' resourceVersions
+// are not numbers is not the index's: preconditions and bounds could not
+// be compared.
 func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, err error) {
 	if x = c.indexFor(namespace); x != nil {
 		if recs, ok := x.View(namespace); ok {
@@ -173,7 +177,7 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 			switch {
 			case opaque:
 				c.sayOpaque(namespace)
-			case r.indexed == nil || !r.indexed.listOnly || showsPending(r, view):
+			case showsPending(r, view):
 				return view, x, nil
 			}
 		}
@@ -182,8 +186,7 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 	return view, nil, err
 }
 
-// showsPending: every pending pod of r is in view. A round whose sweep
-// found pods the index did not show lists until it does.
+// showsPending: every pending pod of r is in view.
 func showsPending(r *round, view []livePod) bool {
 	shown := make(map[string]bool, len(view))
 	for i := range view {

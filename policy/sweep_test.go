@@ -281,3 +281,42 @@ func TestIndexWithOpaqueResourceVersionsListsFirst(t *testing.T) {
 	assert.Equal(t, http.MethodGet, reqs[0].method, "listed first")
 	assert.Len(t, api.deletedPods(), 3, "each pod once, the list's")
 }
+
+// TestPodMissingFromABehindIndexIsNotGone ensures a pod a round took from
+// a LIST (the index relisting then) and has not restarted yet is not
+// taken for gone when a later wave's index view, complete again but
+// behind that LIST, does not show it: the round lists instead, and
+// restarts it. Taken for gone, it was left on the old data.
+func TestPodMissingFromABehindIndexIsNotGone(t *testing.T) {
+	pods := podsOf("RR")
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	x := podindex.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	x.BeginList() // relisting: no view, so the round takes its pods from a LIST
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Pods: oneIndex{x: x}, MaxUnavailable: Budget{Pods: 1}})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.deletedPods()) == 1 }, waitFor, time.Millisecond)
+
+	// The relist ends behind the LIST: it shows the first restart's
+	// replacement, now Ready, and not the other pod the round took.
+	first := api.deletedPods()[0]
+	api.mu.Lock()
+	var replacement *fakePod
+	for _, p := range api.pods {
+		if p.name != first && p.name != "web-1" && p.name != "web-2" {
+			api.revision++
+			p.ready, p.version, p.readySince = true, api.revision, time.Now().Add(-time.Minute)
+			replacement = p
+		}
+	}
+	require.NotNil(t, replacement)
+	x.Handle(podEvent(t, watch.Synced, *replacement))
+	x.EndList()
+	x.Progress(strconv.FormatUint(api.revision, 10))
+	api.mu.Unlock()
+
+	other := map[string]string{"web-1": "web-2", "web-2": "web-1"}[first]
+	require.Eventually(t, func() bool { return slices.Contains(api.deletedPods(), other) }, waitFor, time.Millisecond,
+		"%s was taken by the round and never restarted: deleted %v", other, api.deletedPods())
+}
