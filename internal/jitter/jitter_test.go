@@ -10,6 +10,7 @@ import (
 // TestOffTurnsEverySpreadOff ensures spreads are random within their bounds,
 // and none once Off is called.
 func TestOffTurnsEverySpreadOff(t *testing.T) {
+	t.Cleanup(func() { off.Store(false) }) // Off is for the process: give the next run (-count) its spreads back
 	assert.Equal(t, 0.5, Factor(0.5))
 	for range 100 {
 		d := N(time.Second)
