@@ -53,7 +53,7 @@ for ((run = 1; run <= RUNS; run++)); do
 	for c in config-watcher config-watcher-base informer; do
 		port=$(cw_free_port)
 		env WATCH_NAMESPACE="$NS" API_URL="$CW_PROXY_URL" HTTP_ADDR="127.0.0.1:$port" \
-			bt spawn -controller "$c" -log "$work/$c.log" -pidfile "$work/$c.pid" \
+			"$work/benchtool" spawn -controller "$c" -log "$work/$c.log" -pidfile "$work/$c.pid" \
 			-ready "http://127.0.0.1:$port/readyz" -results "$out" -metric start -- "$work/$c" >/dev/null
 		ctrl_pid=$(<"$work/$c.pid")
 		bt quiesce -pid "$ctrl_pid"
