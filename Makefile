@@ -108,7 +108,7 @@ bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 
 bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 pods changed together (SETTLE=1s and 0s), and a 30 s storm, beside the informer; fresh control plane, about 6 min
 	bash bench/coalesce.sh
 
-bench-start: ## the start alone (part of bench): exec -> /readyz at 20,000 ConfigMaps, this tree against BENCH_START_BASE (main) and the informer, 5 runs taking turns; fresh control plane, about 5 min
+bench-start: ## the start alone (part of bench): exec -> /readyz at 20,000 ConfigMaps, this tree against BENCH_START_BASE (main) and the informer, 5 runs taking turns, time and CPU seconds; fresh control plane, about 8 min
 	bash bench/start.sh
 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
