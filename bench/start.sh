@@ -21,11 +21,8 @@ NS=bench-start
 sub_work start
 ctrl_pid=""
 stop_ctrl() {
-	local i
 	[[ -n $ctrl_pid ]] || return 0
-	kill -TERM -- "-$ctrl_pid" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do kill -0 "$ctrl_pid" 2>/dev/null || break; sleep 0.1; done
-	kill -KILL -- "-$ctrl_pid" 2>/dev/null || true
+	stop_session "$ctrl_pid"
 	ctrl_pid=""
 }
 cleanup() {
