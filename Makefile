@@ -32,7 +32,7 @@ IMAGE     ?= ghcr.io/k8spatterns/config-watcher
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit sim release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit sim release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -107,6 +107,9 @@ bench-waves: ## restarts in waves alone (part of bench): 100 pods Ready after 1 
 
 bench-coalesce: ## restarts per pod alone (part of bench): 3 ConfigMaps of 12 pods changed together (SETTLE=1s and 0s), and a 30 s storm, beside the informer; fresh control plane, about 6 min
 	bash bench/coalesce.sh
+
+bench-start: ## the start alone (part of bench): exec -> /readyz at 20,000 ConfigMaps, this tree against BENCH_START_BASE (main) and the informer, 5 runs taking turns, time and CPU seconds; fresh control plane, about 8 min
+	bash bench/start.sh
 
 fuzz: ## explore every fuzz target for FUZZ_TIME (30s) each, 3-5 min; not in test: run it before resolving a change to parsing; an input it finds is saved under testdata/fuzz/ and fails
 	GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) bash hack/fuzz.sh

@@ -42,11 +42,8 @@ ctrl_pid=""    # the controller: a session leader (benchtool spawn)
 standin_pid="" # benchtool standin of the run's namespace
 # stop_ctrl: SIGTERM to the controller's session, SIGKILL after 10 s; then the stand-in. Only what we started.
 stop_ctrl() {
-	local i
 	if [[ -n $ctrl_pid ]]; then
-		kill -TERM -- "-$ctrl_pid" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do kill -0 "$ctrl_pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL -- "-$ctrl_pid" 2>/dev/null || true
+		stop_session "$ctrl_pid"
 		ctrl_pid=""
 	fi
 	if [[ -n $standin_pid ]]; then

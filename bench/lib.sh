@@ -23,6 +23,16 @@ done
 # step WHAT prints a progress line with the time of day (and BENCH_STEP_PREFIX, if set).
 step() { printf '\n==> [%s] %s%s\n' "$(date -u +%H:%M:%S)" "${BENCH_STEP_PREFIX:-}" "$*"; }
 
+# stop_session PID: SIGTERM to the session PID leads (benchtool spawn makes each controller
+# a session leader: a script's curl and jq go with it), SIGKILL after 10 s. Only what a
+# script started, by pid.
+stop_session() {
+	local i
+	kill -TERM -- "-$1" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL -- "-$1" 2>/dev/null || true
+}
+
 # build_at REV OUT builds config-watcher as it was at git revision REV into OUT, as the
 # bench builds this tree. From the object database (git archive): no checkout, no other
 # worktree touched.

@@ -113,14 +113,6 @@ launch() {
 	bt quiesce -pid "$pid" >/dev/null
 }
 
-# halt PID: SIGTERM to the controller's session, SIGKILL after 10 s.
-halt() {
-	local i
-	kill -TERM -- "-$1"
-	for ((i = 0; i < 100; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-	kill -KILL -- "-$1" 2>/dev/null || true
-}
-
 # relist RESOURCE METRIC: makes config-watcher at url (pid) relist RESOURCE (the next watch
 # of it answered 410), waits until METRIC counts it and the controller is ready and quiet,
 # and prints its peak RSS (MiB) since start.
@@ -153,7 +145,7 @@ measure() {
 	start_hwm=$(status "$pid" VmHWM)
 	rss=$(status "$pid" VmRSS)
 	[[ $name != config-watcher* ]] || relist_hwm=$(relist configmaps config_watcher_relists_total)
-	halt "$pid"
+	stop_session "$pid"
 	local mb
 	mb=$(awk -v n="$count" -v s="$SIZE" 'BEGIN { printf "%.0f", n * s / 1e6 }')
 	printf '  %-22s %-3s %4d x %d B (%4s MB): peak at start %6s MiB, steady %6s MiB%s\n' "$name" "$ns" "$count" "$SIZE" "$mb" \
@@ -212,7 +204,7 @@ if part podindex; then
 			bt quiesce -pid "$pid" >/dev/null
 			awk -v a="$(bt cpu -pid "$pid")" -v b="$before_cpu" 'BEGIN { printf "%.2f", a - b }' >"$work/index-cpu-$1"
 		fi
-		halt "$pid"
+		stop_session "$pid"
 	}
 	rm -f "$RESULTS/memory-podindex.csv"
 	for c in config-watcher ${BEFORE:+config-watcher-before}; do
@@ -234,7 +226,7 @@ if part podindex; then
 	bt create -api "$CW_PROXY_URL" -ns bench-refs -n 1 -size 64 >/dev/null
 	launch config-watcher '*' podindex-refs POD_INDEX=true >/dev/null
 	refs_rss=$(status "$pid" VmRSS)
-	halt "$pid"
+	stop_session "$pid"
 	per_ref_pod=$(awk -v a="$refs_rss" -v b="$plain" -v n="$PODS" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
 	echo "  config-watcher: steady RSS with $PODS more pods of 3 references each indexed: $(mib "$refs_rss") MiB, $(mib "$plain") MiB without them: about $per_ref_pod B per pod"
 	echo "config-watcher,*,$PODS pods with 3 references each,,,$(mib "$refs_rss"),,$(mib "$plain") before them,$per_ref_pod B/pod," >>"$RESULTS/memory-podindex.csv"
@@ -272,7 +264,7 @@ if part secrets; then
 
 	step "first start: config-watcher adopts the annotated ConfigMaps and Secrets (not measured)"
 	launch config-watcher "$ns" secrets-adopt "${with_secrets[@]}"
-	halt "$pid"
+	stop_session "$pid"
 	# Proof that it read the Secrets: a state ConfigMap per annotated one.
 	states=$(curl -fsS "$CW_PROXY_URL/api/v1/namespaces/$ns/configmaps?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dconfig-watcher" | jq '.items | length')
 	((states == (SECRETS + every - 1) / every)) || cw_die "$states state ConfigMaps after the first start, want one per annotated Secret: $(((SECRETS + every - 1) / every))"
@@ -288,7 +280,7 @@ if part secrets; then
 		start_hwm=$(mib "$(status "$pid" VmHWM)")
 		rss=$(mib "$(status "$pid" VmRSS)")
 		[[ $name != config-watcher || $kinds == configmaps ]] || relist_hwm=$(relist secrets config_watcher_secret_relists_total)
-		halt "$pid"
+		stop_session "$pid"
 		[[ $kinds == configmaps ]] || n=$SECRETS
 		printf '  %-15s %-18s peak at start %6s MiB, steady %6s MiB%s\n' "$name" "$kinds" "$start_hwm" "$rss" \
 			"${relist_hwm:+, peak after a relist of the Secrets $relist_hwm MiB}"

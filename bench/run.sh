@@ -60,18 +60,11 @@ export CW_STATE_DIR
 CW_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/config-watcher-bench-cluster.XXXXXX")
 declare -A PID=()
 
-# stop NAME: SIGTERM to the controller's session (it leads its own process group:
-# the script's curl and jq go with it), SIGKILL after 10 s. Only what we started.
+# stop NAME: stops controller NAME's session (lib.sh stop_session).
 stop() {
-	local name=$1 pid=${PID[$1]:-} i
-	[[ -n $pid ]] || return 0
-	kill -TERM -- "-$pid" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL -- "-$pid" 2>/dev/null || true
-	unset "PID[$name]"
+	[[ -n ${PID[$1]:-} ]] || return 0
+	stop_session "${PID[$1]}"
+	unset "PID[$1]"
 }
 
 # shellcheck disable=SC2317 # called by the EXIT trap

@@ -48,14 +48,9 @@ declare -A CTRL=() METER=()
 # stop_ctrl NAME: SIGTERM to the controller's session, SIGKILL after 10 s; then its
 # meter. Only what this script started, by pid.
 stop_ctrl() {
-	local name=$1 pid=${CTRL[$1]:-} i
-	if [[ -n $pid ]]; then
-		kill -TERM -- "-$pid" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL -- "-$pid" 2>/dev/null || true
+	local name=$1
+	if [[ -n ${CTRL[$name]:-} ]]; then
+		stop_session "${CTRL[$name]}"
 		unset "CTRL[$name]"
 	fi
 	if [[ -n ${METER[$name]:-} ]]; then

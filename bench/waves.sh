@@ -48,11 +48,8 @@ cleanup() {
 }
 # stop_ctrl: SIGTERM to the controller's session, SIGKILL after 10 s. Only what we started.
 stop_ctrl() {
-	local i
 	[[ -n $ctrl_pid ]] || return 0
-	kill -TERM -- "-$ctrl_pid" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do kill -0 "$ctrl_pid" 2>/dev/null || break; sleep 0.1; done
-	kill -KILL -- "-$ctrl_pid" 2>/dev/null || true
+	stop_session "$ctrl_pid"
 	ctrl_pid=""
 }
 trap cleanup EXIT

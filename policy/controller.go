@@ -142,6 +142,7 @@ type Controller struct {
 	halted     map[string]*round           // halted rounds, by key
 	storms     map[string]bool             // objects in a storm, by key (storm.go)
 	markers    map[string]*marker          // by namespace: marks being sent (mark.go)
+	begun      map[string][]*round         // by namespace: rounds begun, some maybe over since (mark.go roundIn)
 	// acting is the context of the requests of the current term (Lead),
 	// nil while no term runs: marks are sent only while this replica acts.
 	acting context.Context
@@ -193,6 +194,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		halted:       map[string]*round{},
 		storms:       map[string]bool{},
 		markers:      map[string]*marker{},
+		begun:        map[string][]*round{},
 		cfg:          cfg,
 		api:          api,
 		log:          log,

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -110,14 +111,27 @@ func (c *Controller) seenCutoff(ctx context.Context, namespace string, r *round,
 	return low
 }
 
-// roundIn: a round of namespace is in progress. c.mu must be held.
+// roundIn: a round of namespace is in progress. c.mu must be held. It is
+// asked for every object a list shows, so it looks only at the rounds the
+// namespace began (a scan of every entry made a start over n objects take
+// n² steps), and drops those over: inProgress stays the one judge, and
+// nothing else must remember to.
 func (c *Controller) roundIn(namespace string) bool {
-	for _, e := range c.entries {
-		if e.round != nil && e.obj.namespace == namespace {
-			return true
-		}
+	rs := slices.DeleteFunc(c.begun[namespace], func(r *round) bool { return !c.inProgress(r) })
+	if len(rs) == 0 {
+		delete(c.begun, namespace)
+		return false
 	}
-	return false
+	c.begun[namespace] = rs
+	return true
+}
+
+// begin notes round r begun in namespace, so that roundIn finds it; the
+// rounds over are dropped first, which bounds the list by those in
+// progress. c.mu must be held.
+func (c *Controller) begin(namespace string, r *round) {
+	c.roundIn(namespace)
+	c.begun[namespace] = append(c.begun[namespace], r)
 }
 
 // sendMarks sends a LIST for the marks waiting, again while more come.

@@ -31,6 +31,7 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 	if limit <= 0 {
 		limit = len(which)
 	}
+	paced := limit < len(which)
 	sem := make(chan struct{}, max(limit, 1))
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
@@ -42,8 +43,10 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 			fail(ctx.Err())
 		}
 		// A paced round stops at the first failure (it is retried later);
-		// the restarts it chose and never sent are not in flight.
-		if firstErr.Load() != nil {
+		// the restarts it chose and never sent are not in flight. Restarts
+		// sent all at once all go, whatever the first to answer says: which
+		// ones went must not hang on how fast a refusal came back.
+		if firstErr.Load() != nil && (paced || ctx.Err() != nil) {
 			b := c.budgetOf(obj.namespace)
 			for _, j := range which[n:] {
 				b.release(r.pods[j].uid)

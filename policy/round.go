@@ -388,6 +388,7 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		return nil, errSuperseded
 	}
 	e.round, e.last, e.ourIntent, e.sawOther = r, nil, "", false
+	c.begin(obj.namespace, r)
 	r.overMixed = resume == nil && e.i.present()
 	r.seenAt, r.seenFloor = e.seenAt, e.seenFloor
 	if resume != nil || r.seenAt == 0 {

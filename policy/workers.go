@@ -64,6 +64,7 @@ func (c *Controller) endTerm() {
 		e.storm, e.stormRound = false, time.Time{} // the next term judges it anew
 	}
 	clear(c.storms)
+	clear(c.begun)
 	c.metrics.ObjectsInStorm.Set(0)
 	c.pruneHalted()
 	c.owners.forget(c.inProgress)
