@@ -9,8 +9,9 @@
 # `make release` assembles them without Docker, for linux/amd64 and linux/arm64, with a
 # pinned CA bundle (docs/deployment.md, "Release files").
 #
-# Base images are pinned by tag. Pin them by digest where you build
-# (`docker buildx imagetools inspect IMAGE` prints it).
+# Base images are pinned by tag, and by digest once `make pin-images` ran (docs/deployment.md,
+# "Images by digest"); the golang digest names GO_VERSION's default: another GO_VERSION
+# needs the digest dropped.
 
 ARG GO_VERSION=1.26.8
 

@@ -29,10 +29,12 @@ YES       ?=
 # make release: the version to build, and the image repository the install files name.
 VERSION   ?=
 IMAGE     ?= ghcr.io/k8spatterns/config-watcher
+# make pin-images: crane, which reads the digest an image tag names from its registry.
+CRANE     ?= crane
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit sim release release-test fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit sim release release-test pin-images fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -85,6 +87,10 @@ uninstall: ## remove one config-watcher install and what it wrote, nothing of an
 ##@ release
 release: ## dist/ for VERSION=vX.Y.Z [IMAGE=repo]: both platforms' images, install.yaml by digest, SBOM, SHA256SUMS (docs/deployment.md)
 	VERSION=$(VERSION) IMAGE=$(IMAGE) bash hack/release.sh
+
+pin-images: ## every image manifests/, the Dockerfile and docker-compose.yaml name, by tag and the digest the tag names now: hack/images.lock, then each reference (CRANE=crane; needs registry access: the release workflow runs it)
+	cd hack/image && $(GO) build -o $(CURDIR)/bin/image .
+	bin/image pin -repo $(CURDIR) -crane $(CRANE)
 
 release-test: ## make release twice (identical SHA256SUMS?), then the dist/ tests, a push to a loopback registry included
 	bash hack/release-test.sh

@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,4 +146,80 @@ data:
 	waitRestartedFor(t, f.ns, "webapp-extra", extra)
 	f.waitServing(t, replicas)
 	sampler.stop().assertAtLeast(t, replicas-maxUnavailable)
+}
+
+// TestBudgetReadsAnUnknownOwnerKindThroughDiscovery ensures a round in waves
+// over pods whose owners are of kinds outside the controller's table reads
+// each owner's group-version discovery document, then the scale it names:
+// two Ready pods owned by a Deployment itself (its scale read) and one owned
+// by a core object without a scale (as a mirror pod's Node, counted by its
+// pods), and
+// deletes one pod of the three (MAX_UNAVAILABLE=1), the ambassador passing
+// every request.
+func TestBudgetReadsAnUnknownOwnerKindThroughDiscovery(t *testing.T) {
+	ns := newNamespace(t)
+	// Paused: the Deployment creates no ReplicaSet, and selects no pod here.
+	apply(t, ns, `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: owner
+spec:
+  replicas: 2
+  paused: true
+  selector:
+    matchLabels:
+      app: owner
+  template:
+    metadata:
+      labels:
+        app: owner
+    spec:
+      containers:
+      - name: owner
+        image: k8spatterns/mini-http-server
+`)
+	apply(t, ns, strings.SplitN(webappManifests(webappSelector), "---\n", 2)[0])
+	owned := func(name, apiVersion, kind, owner string) string {
+		uid := kubectl(t, "get", strings.ToLower(kind), owner, "-n", ns, "-o", "jsonpath={.metadata.uid}")
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  labels:
+    app: webapp
+  ownerReferences:
+  - {apiVersion: %s, kind: %s, name: %s, uid: %s, controller: true}
+spec:
+  containers:
+  - name: webapp
+    image: k8spatterns/mini-http-server
+`, name, apiVersion, kind, owner, uid)
+	}
+	kubelet := startKubeletStandIn(t, ns, "webapp-config", func(map[string]string) bool { return true })
+	pods := watchPods(t, ns, webappSelector, kubelet.podAdded)
+	apply(t, ns, owned("webapp-a", "apps/v1", "Deployment", "owner"))
+	apply(t, ns, owned("webapp-b", "apps/v1", "Deployment", "owner"))
+	apply(t, ns, owned("webapp-c", "v1", "ConfigMap", "webapp-config"))
+	eventually(t, waitTimeout, "3 Ready pods", func() (bool, string) {
+		n, state := pods.serving()
+		return n == 3, state
+	})
+	c := startController(t, controllerOpts{namespace: ns, extraEnv: []string{"MAX_UNAVAILABLE=1"}})
+	c.WaitReady(t)
+	waitRestartedFor(t, ns, "webapp-config", "")
+
+	mergePatch(t, ns, "webapp-config", `{"data":{"message":"Hello, owners found by discovery"}}`)
+	eventually(t, waitTimeout, "a pod deleted", func() (bool, string) {
+		n := len(podDeletes(t, ns, adminUser))
+		return n > 0, fmt.Sprintf("%d deleted", n)
+	})
+	// The audit policy logs no admin's read of a Deployment's scale: the
+	// requests are the recorder's (paths_test.go), the outcome the log's.
+	for _, path := range []string{"/apis/apps/v1", "/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale", "/api/v1"} {
+		assert.True(t, sent(t, http.MethodGet, path), "GET %s", path)
+	}
+	log := c.Log(t)
+	assert.NotContains(t, log, "owner=Deployment/owner", "the Deployment's scale read")
+	assert.Contains(t, log, "owner=ConfigMap/webapp-config pods=1 err=\"its kind has no scale subresource\"")
+	assert.Len(t, podDeletes(t, ns, adminUser), 1, "MAX_UNAVAILABLE=1: one pod until a replacement is Ready, and none comes")
 }

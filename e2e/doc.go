@@ -9,5 +9,7 @@
 //	hack/cluster.sh down
 //
 // or simply `make e2e`. Each test runs in a namespace of its own. Deletions are counted
-// from the API server's audit log, never from the controller's own output.
+// from the API server's audit log, never from the controller's own output. Every
+// controller a test starts talks through a recorder of its requests, which the end of the
+// run holds against the ambassador's --accept-paths (paths_test.go).
 package e2e

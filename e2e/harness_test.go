@@ -59,7 +59,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
+	code := runTests(m)
+	if checkAmbassadorPaths(code == 0) != 0 {
+		code = 1
+	}
+	os.Exit(code)
 }
 
 func runTests(m *testing.M) int {
@@ -469,6 +473,8 @@ func startController(t *testing.T, o controllerOpts) *controllerProc {
 	if o.apiURL == "" {
 		o.apiURL = env.proxyURL
 	}
+	through := o.apiURL
+	o.apiURL = recordRequests(t, o.apiURL, buildOf(o))
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	logPath := filepath.Join(t.TempDir(), "config-watcher.log")
 	logFile, err := os.Create(logPath)
@@ -498,7 +504,7 @@ func startController(t *testing.T, o controllerOpts) *controllerProc {
 		logFile.Close()
 		close(c.done)
 	}()
-	t.Logf("started config-watcher (pid %d) watching %s through %s, http %s", cmd.Process.Pid, o.namespace, o.apiURL, addr)
+	t.Logf("started config-watcher (pid %d) watching %s through %s (recorded at %s), http %s", cmd.Process.Pid, o.namespace, through, o.apiURL, addr)
 
 	t.Cleanup(func() {
 		if !c.stopped {
@@ -727,18 +733,14 @@ func startProxy(t *testing.T, kubeconfig string) string {
 var ambassadorFilter = regexp.MustCompile(`(?m)^\s*- (--(?:accept-paths|reject-methods)=\S+)$`)
 
 // ambassadorFilters are the ambassador's --accept-paths and --reject-methods as
-// manifests/base/deployment.yaml has them: every test through a ServiceAccount's
-// proxy checks that they let through each request the controller makes.
+// the namespaced install (manifests/) has them: every test through a
+// ServiceAccount's proxy checks that they let through each request the
+// controller makes there.
 func ambassadorFilters(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "base", "deployment.yaml"))
+	f, err := buildFilters(namespacedBuild)
 	require.NoError(t, err)
-	var out []string
-	for _, m := range ambassadorFilter.FindAllStringSubmatch(string(b), -1) {
-		out = append(out, m[1])
-	}
-	require.Len(t, out, 2, "manifests/base/deployment.yaml: the ambassador's --accept-paths and --reject-methods")
-	return out
+	return f.args
 }
 
 // serviceAccountKubeconfig writes a kubeconfig for the admin kubeconfig's cluster that

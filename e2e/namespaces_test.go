@@ -14,9 +14,13 @@ func TestSeveralNamespaces(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		watch func(a, b string) string
+		env   []string
 	}{
-		{"List", func(a, b string) string { return a + "," + b }},
-		{"AllNamespaces", func(string, string) string { return "*" }},
+		{"List", func(a, b string) string { return a + "," + b }, nil},
+		// Secrets watched too: this case is the suite's one controller
+		// that lists and watches them across namespaces, a path only the
+		// cluster-wide overlay's ambassador passes (paths_test.go).
+		{"AllNamespaces", func(string, string) string { return "*" }, []string{"WATCH_SECRETS=true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := newNamespace(t), newNamespace(t)
@@ -26,7 +30,11 @@ func TestSeveralNamespaces(t *testing.T) {
 				apply(t, ns, webappManifests("app=webapp"))
 				original = append(original, waitPods(t, ns, "app=webapp", 2))
 			}
-			c := startController(t, controllerOpts{extraEnv: []string{"WATCH_NAMESPACE=" + tt.watch(a, b)}})
+			extraEnv := []string{"WATCH_NAMESPACE=" + tt.watch(a, b)}
+			if tt.env != nil {
+				extraEnv = append(extraEnv, append(tt.env, "DIGEST_KEY_FILE="+writeDigestKey(t))...)
+			}
+			c := startController(t, controllerOpts{extraEnv: extraEnv})
 			c.WaitReady(t)
 			var adopted []string
 			for _, ns := range []string{a, b} {

@@ -11,11 +11,10 @@
 # environment cannot add a dirty tree's), the commit's time for every timestamp, the
 # CA bundle from a Go module go.mod pins, kustomize from a pinned module.
 #
-# AMBASSADOR_DIGEST (sha256:...), if set, pins the ambassador's image (registry.k8s.io/kubectl
-# at the manifests' tag) by digest in the install files: the release workflow resolves it
-# from the registry; unset, they keep the tag.
+# The other images (the ambassador's) are named as manifests/ names them: by tag and digest
+# once `make pin-images` ran (the release workflow runs it first), else by tag.
 #
-# Usage: hack/release.sh      (VERSION, IMAGE, SOURCE, DIST, AMBASSADOR_DIGEST from the environment)
+# Usage: hack/release.sh      (VERSION, IMAGE, SOURCE, DIST from the environment)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +50,6 @@ for arch in "${ARCHES[@]}"; do
 	bins+=(-bin "$arch=$work/linux-$arch/config-watcher")
 done
 "$work/image" release -version "$VERSION" -image "$IMAGE" -source "$SOURCE" -revision "$revision" \
-	-ambassador-digest "${AMBASSADOR_DIGEST:-}" -manifests "$repo/manifests" -o "$DIST" "${bins[@]}"
+	-manifests "$repo/manifests" -o "$DIST" "${bins[@]}"
 cw_log "wrote $DIST:"
 (cd "$DIST" && ls -l)

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"regexp/syntax"
 	"slices"
 	"strings"
 	"testing"
@@ -726,48 +725,6 @@ var refusedPaths = []string{
 	"/metrics", "/openapi/v2", "/version",
 }
 
-// choices returns re with each of its choice points settled one way: each
-// alternative of an alternation, an optional part present and absent. A
-// branch of --accept-paths no request of the controller takes is a path it
-// passes for nothing.
-func choices(re *syntax.Regexp) []*syntax.Regexp {
-	var out []*syntax.Regexp
-	for i, sub := range re.Sub {
-		for _, v := range choices(sub) {
-			c := *re
-			c.Sub = slices.Clone(re.Sub)
-			c.Sub[i] = v
-			out = append(out, &c)
-		}
-	}
-	switch re.Op {
-	case syntax.OpAlternate:
-		out = append(out, re.Sub...)
-	case syntax.OpQuest:
-		out = append(out, re.Sub[0], &syntax.Regexp{Op: syntax.OpEmptyMatch})
-	}
-	return out
-}
-
-// unusedBranch returns the first branch of the accept-paths regexp expr
-// that no path of want matches, "" if each is taken.
-func unusedBranch(expr string, want []string) (string, error) {
-	parsed, err := syntax.Parse(expr, syntax.Perl)
-	if err != nil {
-		return "", err
-	}
-	for _, b := range append(choices(parsed), parsed) {
-		re, err := regexp.Compile(b.String())
-		if err != nil {
-			return "", err
-		}
-		if !slices.ContainsFunc(want, re.MatchString) {
-			return b.String(), nil
-		}
-	}
-	return "", nil
-}
-
 // checkAmbassadorPaths: the ambassador passes each path the controller
 // requests in this build (the cluster-scope collections only where it watches
 // every namespace) and nothing else: each branch of each --accept-paths
@@ -808,11 +765,11 @@ func checkAmbassadorPaths(objs []obj) []string {
 			}
 		}
 		for _, re := range res {
-			switch branch, err := unusedBranch(re.String(), want); {
+			switch unused, err := UnusedBranches(re.String(), want); {
 			case err != nil:
 				bad = append(bad, fmt.Sprintf("%s: --accept-paths %s: %v", c.where, re, err))
-			case branch != "":
-				bad = append(bad, fmt.Sprintf("%s: --accept-paths %s admits %s, which no request of the controller takes", c.where, re, branch))
+			case len(unused) > 0:
+				bad = append(bad, fmt.Sprintf("%s: --accept-paths %s admits %s, which no request of the controller takes", c.where, re, unused[0]))
 			}
 		}
 		for _, p := range refuse {

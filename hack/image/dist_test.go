@@ -217,6 +217,44 @@ func TestDistInstallNamesTheIndexDigest(t *testing.T) {
 	}
 }
 
+// TestDistNamesEveryImageByDigest ensures every container of every install
+// file (init containers included) names its image by digest: the
+// controller the index's (TestDistInstallNamesTheIndexDigest says which),
+// every other the one hack/images.lock holds for its tag. Only a tree
+// make pin-images never ran on (a lock that pins nothing: no registry
+// reached) keeps their tags, and the test says so; the release workflow
+// pins before make release, so a published bundle never does.
+func TestDistNamesEveryImageByDigest(t *testing.T) {
+	lock, err := readLock(repoRoot)
+	require.NoError(t, err)
+	for _, in := range installs {
+		t.Run(in.file, func(t *testing.T) {
+			var images []string
+			for _, o := range objects(t, in.file) {
+				for _, list := range []string{"initContainers", "containers"} {
+					cs, _ := field(o, "spec", "template", "spec", list).([]any)
+					for _, c := range cs {
+						images = append(images, fmt.Sprint(field(c, "image")))
+					}
+				}
+			}
+			require.NotEmpty(t, images)
+			for _, image := range images {
+				ref, digest, _ := strings.Cut(image, "@")
+				switch {
+				case strings.HasSuffix(ref, "/config-watcher"):
+					assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, digest, "%s: the controller by digest", image)
+				case len(lock) == 0:
+					t.Logf("%s: by tag: hack/images.lock pins nothing (make pin-images needs a registry)", image)
+				default:
+					assert.Equal(t, lock[ref], digest, "%s: the digest of hack/images.lock", image)
+					assert.NotEmpty(t, digest, "%s: no digest; run make pin-images", image)
+				}
+			}
+		})
+	}
+}
+
 // TestDistDockerArchivesHoldThePlatformImages ensures each docker-archive carries the
 // tag and the same image (config) as the index's entry for its platform.
 func TestDistDockerArchivesHoldThePlatformImages(t *testing.T) {

@@ -72,14 +72,11 @@ type platformBinary struct{ arch, path string }
 
 type release struct {
 	version, image, source, revision string
-	manifests                        string // the repository's manifests/
-	// ambassadorDigest pins the ambassador's image (ambassadorImage) by
-	// digest in the install files; "" keeps the manifests' tag. The
-	// release workflow resolves it from the registry (no registry is
-	// reached from here: dist/ stays a function of the commit and it).
-	ambassadorDigest string
-	bins             []platformBinary
-	created          time.Time
+	// manifests is the repository's manifests/: the install files name the
+	// other images as it does, by digest once make pin-images ran (pin.go).
+	manifests string
+	bins      []platformBinary
+	created   time.Time
 }
 
 // runRelease is `image release`: it writes dist/ (-o) from the controller binaries
@@ -92,7 +89,6 @@ func runRelease(args []string) error {
 	fs.StringVar(&r.source, "source", "https://github.com/k8spatterns/config-watcher", "source repository URL (labels, SBOM)")
 	fs.StringVar(&r.revision, "revision", "", "commit the binaries were built from (label)")
 	fs.StringVar(&r.manifests, "manifests", "", "the repository's manifests/ directory")
-	fs.StringVar(&r.ambassadorDigest, "ambassador-digest", "", "sha256:... of the ambassador image ("+ambassadorImage+") at the manifests' tag, to pin it by digest; empty keeps the tag")
 	out := fs.String("o", "", "directory to write (replaced as a whole)")
 	var bins listFlag
 	fs.Var(&bins, "bin", "ARCH=PATH of a linux controller binary (repeatable)")
@@ -107,9 +103,6 @@ func runRelease(args []string) error {
 	}
 	if *out == "" || r.manifests == "" || r.revision == "" {
 		return errors.New("-o, -manifests and -revision are required")
-	}
-	if r.ambassadorDigest != "" && !sha256Digest.MatchString(r.ambassadorDigest) {
-		return fmt.Errorf("-ambassador-digest %q: want sha256: and 64 lower-case hex digits", r.ambassadorDigest)
 	}
 	if _, err := name.NewRepository(r.image, name.StrictValidation); err != nil || strings.ToLower(r.image) != r.image {
 		return fmt.Errorf("-image %q: want a lower-case repository such as %s", r.image, defaultImage)
@@ -262,20 +255,7 @@ func (r release) index(work string) (v1.ImageIndex, []v1.Image, error) {
 	return idx, images, nil
 }
 
-// ambassadorImage is the image of the ambassador container (kubectl proxy);
-// manifests/base/kustomization.yaml names its tag.
-const ambassadorImage = "registry.k8s.io/kubectl"
-
 var sha256Digest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-// ambassadorPin is the kustomize images entry that pins the ambassador by
-// digest, or "" to keep the manifests' tag.
-func (r release) ambassadorPin() string {
-	if r.ambassadorDigest == "" {
-		return ""
-	}
-	return "- name: " + ambassadorImage + "\n  digest: " + r.ambassadorDigest + "\n"
-}
 
 // render is kustomize (the sigs.k8s.io/kustomize/api that go.mod pins) over
 // manifests/in.dir and its components with the image pinned by digest, every object in
@@ -321,10 +301,10 @@ resources:
 - name: %s
   newName: %s
   digest: %s
-%slabels:
+labels:
 - pairs:
     %s: %s
-`, installNamespace, base, components, defaultImage, r.image, digest, r.ambassadorPin(), versionLabel, r.version)
+`, installNamespace, base, components, defaultImage, r.image, digest, versionLabel, r.version)
 	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return nil, err
 	}

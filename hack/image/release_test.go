@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -150,7 +149,6 @@ func TestRunReleaseRefusesBadFlags(t *testing.T) {
 		{"BinaryWithoutArch", good("-version", "v1.2.3", "-bin", bin)},
 		{"NoRevision", []string{"-version", "v1.2.3", "-manifests", "../../manifests", "-bin", "amd64=" + bin}},
 		{"NotAGoBinary", good("-version", "v1.2.3", "-bin", "amd64="+bin)},
-		{"AmbassadorDigestNotSHA256", good("-version", "v1.2.3", "-ambassador-digest", "v1.37.2", "-bin", "amd64="+bin)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,24 +180,21 @@ func TestRenderGrantsSecretsOnlyInTheSecretsInstalls(t *testing.T) {
 	}
 }
 
-// TestRenderPinsTheAmbassadorByDigest ensures a release given the
-// ambassador's digest names its image by that digest in every install file,
-// and one given none keeps the manifests' tag.
-func TestRenderPinsTheAmbassadorByDigest(t *testing.T) {
+// TestRenderNamesThePinnedImages ensures the install files of a tree make
+// pin-images pinned name the ambassador by its tag and the digest of
+// hack/images.lock: the release workflow pins before make release.
+func TestRenderNamesThePinnedImages(t *testing.T) {
+	const ambassador = "registry.k8s.io/kubectl:v1.37.2"
 	digest := "sha256:" + strings.Repeat("0", 64)
-	ambassador := "sha256:" + strings.Repeat("ab", 32)
+	pinned := pinCopy(t)
+	crane, _ := fakeCraneEnv(t, "")
+	require.NoError(t, pinImages(pinned, crane))
 	for _, in := range installs {
 		t.Run(in.file, func(t *testing.T) {
-			r := release{version: "v1.2.3", image: defaultImage, revision: "abc", manifests: "../../manifests", ambassadorDigest: ambassador}
+			r := release{version: "v1.2.3", image: defaultImage, revision: "abc", manifests: filepath.Join(pinned, "manifests")}
 			y, err := r.render(in, digest)
 			require.NoError(t, err)
-			assert.Contains(t, string(y), "image: "+ambassadorImage+"@"+ambassador)
-			assert.NotContains(t, string(y), "image: "+ambassadorImage+":")
-
-			r.ambassadorDigest = ""
-			y, err = r.render(in, digest)
-			require.NoError(t, err)
-			assert.Regexp(t, `image: `+regexp.QuoteMeta(ambassadorImage)+`:v\d+\.\d+\.\d+\n`, string(y))
+			assert.Contains(t, string(y), "image: "+ambassador+"@"+fakeDigest(ambassador)+"\n")
 		})
 	}
 }

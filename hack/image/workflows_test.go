@@ -514,51 +514,65 @@ func TestReleasePublishesWithACheckedPrebuiltCrane(t *testing.T) {
 	assert.True(t, checked, "publish never checks crane against the hash of job %s", fetcher)
 }
 
-// TestReleaseVerifiesTheAmbassadorsSignatureBeforePinning ensures the build
-// job pins the ambassador's digest only after cosign (pinned) verified that
-// digest's signature, with the identity and issuer of Kubernetes' release
-// process, not just any signature.
-func TestReleaseVerifiesTheAmbassadorsSignatureBeforePinning(t *testing.T) {
+// TestReleaseVerifiesTheAmbassadorsSignatureBeforeRelease ensures the build
+// job, after make pin-images and before make release, has cosign (pinned)
+// verify the signature of the ambassador's digest hack/images.lock holds,
+// with the identity and issuer of Kubernetes' release process, not just any
+// signature.
+func TestReleaseVerifiesTheAmbassadorsSignatureBeforeRelease(t *testing.T) {
 	build := readWorkflow(t, "release.yml").Jobs["build"]
-	cosign := false
+	verify := regexp.MustCompile(`cosign verify "registry\.k8s\.io/kubectl@\$digest" \\\s+` +
+		`--certificate-identity krel-trust@k8s-releng-prod\.iam\.gserviceaccount\.com \\\s+` +
+		`--certificate-oidc-issuer https://accounts\.google\.com\b`)
+	cosign, pinned := false, false
 	for _, s := range build.Steps {
 		if strings.HasPrefix(s.Uses, "sigstore/cosign-installer@") {
 			assert.Regexp(t, `^v\d+\.\d+\.\d+$`, s.With["cosign-release"], "a pinned cosign")
 			cosign = true
 		}
-		pin := strings.Index(s.Run, "AMBASSADOR_DIGEST=")
-		if pin < 0 {
+		if strings.Contains(s.Run, "make pin-images") {
+			pinned = true
+		}
+		require.NotContains(t, s.Run, "make release", "make release runs before cosign verified the ambassador's digest")
+		if !verify.MatchString(s.Run) {
 			continue
 		}
-		require.True(t, cosign, "the digest is pinned before cosign is installed")
-		verify := regexp.MustCompile(`cosign verify "registry\.k8s\.io/kubectl@\$digest" \\\s+` +
-			`--certificate-identity krel-trust@k8s-releng-prod\.iam\.gserviceaccount\.com \\\s+` +
-			`--certificate-oidc-issuer https://accounts\.google\.com\b`).FindStringIndex(s.Run)
-		require.NotNil(t, verify, "no cosign verify of the digest with Kubernetes' release identity in the step that pins it:\n%s", s.Run)
-		assert.Less(t, verify[0], pin, "the digest is pinned before its signature is verified")
-		assert.Contains(t, s.Run, `AMBASSADOR_DIGEST=$digest`, "the digest pinned is the one verified")
+		require.True(t, cosign, "cosign verify before cosign is installed")
+		require.True(t, pinned, "cosign verifies a digest make pin-images has not written yet")
+		assert.Contains(t, s.Run, `digest="$(awk -v ref="registry.k8s.io/kubectl:$tag" '$1 == ref { print $2 }' hack/images.lock)"`,
+			"the digest verified is the one hack/images.lock holds")
 		return
 	}
-	t.Fatal("the build job pins no AMBASSADOR_DIGEST")
+	t.Fatal("the build job verifies no signature of the ambassador's digest with Kubernetes' release identity")
 }
 
-// TestReleasePinsTheAmbassadorByDigest ensures the release's build job
-// resolves the ambassador's digest (AMBASSADOR_DIGEST, which hack/release.sh
-// passes on) before it runs make release: the install files then name the
-// kubectl image by digest, not by a tag that could be moved.
-func TestReleasePinsTheAmbassadorByDigest(t *testing.T) {
+// TestReleasePinsEveryImageBeforeMakeRelease ensures the release's build
+// job runs make pin-images with the crane the crane job checked (its hash
+// checked first, as the publish job does) before make release, and then
+// checks that the install files name every image by digest: a published
+// bundle names no image by its tag alone.
+func TestReleasePinsEveryImageBeforeMakeRelease(t *testing.T) {
 	build := readWorkflow(t, "release.yml").Jobs["build"]
-	resolved := false
+	assert.Contains(t, fmt.Sprint(build.Needs), "crane")
+	checked, pinned, released := false, false, false
 	for _, s := range build.Steps {
-		if strings.Contains(s.Run, "AMBASSADOR_DIGEST=") && strings.Contains(s.Run, "$GITHUB_ENV") {
-			resolved = true
-		}
-		if strings.Contains(s.Run, "make release") {
-			assert.True(t, resolved, "make release runs before the ambassador's digest is resolved")
+		switch {
+		case s.Env["CRANE_SHA256"] == "${{ needs.crane.outputs.sha256 }}" && strings.Contains(s.Run, `sha256sum -c -`):
+			checked = true
+		case strings.Contains(s.Run, "make pin-images"):
+			assert.True(t, checked, "make pin-images runs crane before its hash is checked")
+			assert.Contains(t, s.Run, `CRANE="$PWD/tools/crane"`, "the checked crane")
+			pinned = true
+		case strings.Contains(s.Run, "make release"):
+			assert.True(t, pinned, "make release runs before make pin-images")
+			released = true
+		case strings.Contains(s.Run, "TestDistNamesEveryImageByDigest"):
+			assert.True(t, released, "the install files are checked before make release writes them")
+			assert.Contains(t, s.Run, `CW_DIST="$GITHUB_WORKSPACE/dist"`)
 			return
 		}
 	}
-	t.Fatal("the build job runs no make release")
+	t.Fatal("the build job never checks that the install files name every image by digest")
 }
 
 // TestVerifyCommandNamesTheExactIdentity ensures docs/deployment.md's cosign
