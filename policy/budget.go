@@ -20,9 +20,12 @@ import (
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
-//     LIST while the old pod's grace period runs, shows both), less the
-//     pods gone since that no round restarted (left by other hands: a
-//     DaemonSet that lost a node wants one fewer for good);
+//     LIST while the old pod's grace period runs, shows both), and in the
+//     first, the pods a round of the namespace restarted (this one's
+//     forerunner, another object's) that are gone with no replacement
+//     seen yet (owed); less the pods gone since that no round restarted
+//     (left by other hands: a DaemonSet that lost a node wants one fewer
+//     for good);
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -55,6 +58,13 @@ type estimate struct {
 type namespaceBudget struct {
 	mu       sync.Mutex
 	inFlight map[string]restartChosen // by pod uid
+	// counts numbers the counts of the namespace's rounds; firstSeen is,
+	// for each owned pod a count showed live while a restart was in
+	// flight, the first count that did and its owner: a pod first shown
+	// after a restart was chosen is the kind of pod that replaces it
+	// (owed).
+	counts    uint64
+	firstSeen map[string]seenPod
 	// deletions are the latest maxDeletions DELETEs the namespace's rounds
 	// sent, oldest first: when each was sent, and the revision it answered
 	// (0 while in flight); those refused are forgotten (seenAfter).
@@ -159,6 +169,16 @@ func (b *namespaceBudget) cutoffAfter(ctx context.Context, moment uint64, wait t
 type restartChosen struct {
 	at time.Time
 	by string
+	// owner is the pod's owner uid ("": a bare pod); count, the count it
+	// was chosen on (namespaceBudget.counts).
+	owner string
+	count uint64
+}
+
+// seenPod is a pod's first count and its owner (namespaceBudget.firstSeen).
+type seenPod struct {
+	count uint64
+	owner string
 }
 
 // budgetOf returns the shared budget state of namespace.
@@ -209,10 +229,17 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	byOwner := map[string]*ownerCount{}
 	available := 0
+	b.counts++
+	if len(b.inFlight) == 0 || b.firstSeen == nil {
+		b.firstSeen = map[string]seenPod{} // no restart to tell replacements of
+	}
 	for i := range view {
 		p := &view[i]
 		if !p.owned() || !p.live() {
 			continue
+		}
+		if _, ok := b.firstSeen[p.uid]; !ok {
+			b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
 		}
 		o := byOwner[p.owner.uid]
 		if o == nil {
@@ -259,7 +286,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		if before {
 			r.mostSeen[uid] = max(seen-left[uid], o.running)
 		} else {
-			r.mostSeen[uid] = o.counted
+			r.mostSeen[uid] = o.counted + b.owed(uid, live)
 		}
 		if o.selected == 0 {
 			continue // an owner none of whose pods the round selects
@@ -277,4 +304,36 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		expected += max(desired-o.unselected, 0)
 	}
 	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+}
+
+// owed returns how many pods of owner the namespace's rounds restarted
+// that live (this count's owned live pods) no longer shows, and whose
+// replacements no count has shown yet: a round that begins while they are
+// missing counts them as expected, as the round that restarted them does.
+// A pod of owner first shown after a restart was chosen is taken for its
+// replacement; the latest k restarts need k of those first shown after the
+// earliest of them. b.mu must be held.
+func (b *namespaceBudget) owed(owner string, live map[string]string) int {
+	var gone, since []uint64
+	for uid, chosen := range b.inFlight {
+		if chosen.owner == owner && live[uid] == "" {
+			gone = append(gone, chosen.count)
+		}
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	for _, seen := range b.firstSeen {
+		if seen.owner == owner {
+			since = append(since, seen.count)
+		}
+	}
+	slices.Sort(gone)
+	slices.Sort(since)
+	owed := 0
+	for i, chosen := range gone {
+		after, _ := slices.BinarySearch(since, chosen+1)
+		owed = max(owed, len(gone)-i-(len(since)-after))
+	}
+	return owed
 }

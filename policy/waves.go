@@ -487,7 +487,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		chosen = append(chosen, i)
 	}
 	for _, i := range chosen {
-		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key}
+		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key, owner: byUID[r.pods[i].uid].owner.uid, count: b.counts}
 	}
 	return chosen
 }
@@ -527,7 +527,7 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 		result = "forbidden"
 	}
 	c.metrics.OwnerReadsFailed.Inc(result)
-	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began (%d) instead.",
+	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began, and those restarted and not replaced yet (%d) instead.",
 		est.owner.kind, est.owner.name, est.err, est.pods)
 	log.Warn("counting expected pods without their owner's scale", "owner", est.owner.kind+"/"+est.owner.name, "pods", est.pods, "err", est.err)
 	c.event(obj, typ, "ExpectedPodsEstimated", truncate.String(msg, 1024))
