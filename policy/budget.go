@@ -20,12 +20,13 @@ import (
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
-//     LIST while the old pod's grace period runs, shows both), and in the
-//     first, the pods a round of the namespace restarted (this one's
-//     forerunner, another object's) that are gone with no replacement
-//     seen yet (owed); less the pods gone since that no round restarted
-//     (left by other hands: a DaemonSet that lost a node wants one fewer
-//     for good);
+//     LIST while the old pod's grace period runs, shows both), less the
+//     pods gone since that no round restarted (left by other hands: a
+//     DaemonSet that lost a node wants one fewer for good); and never
+//     fewer than its running pods and those a round of the namespace
+//     restarted (this one, its forerunner, another object's) that are
+//     gone with no replacement seen yet (owed), while their restarts are
+//     in flight;
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -286,14 +287,14 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		if before {
 			r.mostSeen[uid] = max(seen-left[uid], o.running)
 		} else {
-			r.mostSeen[uid] = o.counted + b.owed(uid, live)
+			r.mostSeen[uid] = o.counted
 		}
 		if o.selected == 0 {
 			continue // an owner none of whose pods the round selects
 		}
 		desired, err := c.owners.desired(uid)
 		if err != nil {
-			desired = r.mostSeen[uid]
+			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))
 			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
@@ -309,8 +310,8 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 // owed returns how many pods of owner the namespace's rounds restarted
 // that live (this count's owned live pods) no longer shows, and whose
 // replacements no count has shown yet: a round that begins while they are
-// missing counts them as expected, as the round that restarted them does.
-// A pod of owner first shown after a restart was chosen is taken for its
+// missing has not seen them, and counts them as expected all the same. A
+// pod of owner first shown after a restart was chosen is taken for its
 // replacement; the latest k restarts need k of those first shown after the
 // earliest of them. b.mu must be held.
 func (b *namespaceBudget) owed(owner string, live map[string]string) int {
@@ -336,4 +337,57 @@ func (b *namespaceBudget) owed(owner string, live map[string]string) int {
 		owed = max(owed, len(gone)-i-(len(since)-after))
 	}
 	return owed
+}
+
+// oweResumed notes, for round r that resumed an intent, the pods it names
+// that view does not show, less the selected pods of their owner it does
+// not name (created since the round began: replacements), as restarts of
+// an earlier process's round in flight from now: their replacements may
+// not exist yet (owed). Where the named pods the view shows have not all
+// one owner, theirs is not known, and none is owed. b.mu must be held.
+func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
+	owner, shown, since := "", map[string]bool{}, 0
+	for i := range view {
+		p := &view[i]
+		if !r.only[p.uid] {
+			continue
+		}
+		shown[p.uid] = true
+		if !p.live() {
+			continue
+		}
+		if !p.owned() || (owner != "" && p.owner.uid != owner) {
+			return
+		}
+		owner = p.owner.uid
+	}
+	if owner == "" {
+		return
+	}
+	for i := range view {
+		if p := &view[i]; p.live() && p.owner.uid == owner && !r.only[p.uid] && r.sel.selects(p) {
+			since++
+		}
+	}
+	owed := len(r.only) - len(shown) - since
+	if owed <= 0 {
+		return
+	}
+	if len(b.inFlight) == 0 || b.firstSeen == nil {
+		b.firstSeen = map[string]seenPod{}
+	}
+	b.counts++ // the pods shown now are not the replacements still to come
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			if _, ok := b.firstSeen[p.uid]; !ok {
+				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
+			}
+		}
+	}
+	for uid := range r.only {
+		if _, ok := b.inFlight[uid]; !ok && !shown[uid] && owed > 0 {
+			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts}
+			owed--
+		}
+	}
 }

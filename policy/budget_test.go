@@ -380,3 +380,31 @@ func TestEstimateCountsPodsAnEarlierRoundRestarted(t *testing.T) {
 		})
 	}
 }
+
+// TestEstimateCountsPodsAnEarlierProcessRestarted ensures a round that
+// resumes an intent over a DaemonSet of 2 (budget 1), one of whose pods
+// the earlier process restarted and whose replacement does not exist yet,
+// counts 2 expected, not the 1 it sees: the other pod waits for the
+// replacement.
+func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
+	pods := podsOf("RR")
+	for _, p := range pods {
+		p.ownerKind = "DaemonSet"
+	}
+	api := newFakeAPI(t, pods[1]) // web-1 restarted, its replacement not created yet
+	_, fewestReady := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2"})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+
+	api.mu.Lock()
+	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
+	api.pods[r.name].owner, api.pods[r.name].ownerKind, api.pods[r.name].ready = "web-rs", "DaemonSet", true
+	api.mu.Unlock()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-2"}, api.removedPods())
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
+}

@@ -232,6 +232,9 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
+	if r.only != nil {
+		b.oweResumed(r, view, r.progress)
+	}
 	if r.resumed {
 		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	} else {
