@@ -62,6 +62,8 @@ var knownBugSeeds = map[uint64]string{
 	52:  "prompt, 7/10: not classified yet (POD_INDEX=false, MIN_READY_SECONDS=3: the round goes slower than the ground truth's budget allows)",
 	53:  "converge, 10/10: storm (ns-a/cm1; fix at 71.7 s after the storm ended at 56.7 s)",
 	57:  "converge, 9/10: storm (ns-a/cm3; halted at 149.4 s, the fix at 151.9 s changes nothing)",
+	71:  "budget, about 5/10: unbegun (cm3's round restarts ds-n0-10 at 62.3 s while cm1's next round, its change seen at 59.3 s, has not begun and cm1's pods are down); converge, about 5/10: not classified yet",
+	84:  "budget, about 2/10: unbegun (controller 2's first restart at 99.95 s, one worker, before cm2's round over rs3 has begun)",
 	86:  "budget, about 2/20: unbegun (controller 3 at 70.2 s: cm1's resumed round evicts rs2-8 before cm2's resumed round over it has begun)",
 	92:  "prompt, about 1/20: 5xx (DELETE rs1-5 answered 500 at 116 s)",
 	93:  "bystander, 1/10: consent (namespaces watch cut by a compaction at 208.4 s, opt-out at 209.1 s, DELETE at 209.6 s)",
