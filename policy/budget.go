@@ -22,7 +22,11 @@ import (
 //     the pod it replaces are both live for a while: a live view, or a
 //     LIST while the old pod's grace period runs, shows both), less the
 //     pods gone since that no round restarted (left by other hands: a
-//     DaemonSet that lost a node wants one fewer for good);
+//     DaemonSet that lost a node wants one fewer for good); and never
+//     fewer than its running pods and those a round of the namespace
+//     restarted (this one, its forerunner, another object's) that are
+//     gone with no replacement seen yet (owed), while their restarts are
+//     in flight;
 //   - available: selected, live, owned, not terminating, Ready for at least
 //     MinReadySeconds, and not a restart in flight;
 //   - a Ready pod is restarted only while, after it, available stays at
@@ -55,6 +59,13 @@ type estimate struct {
 type namespaceBudget struct {
 	mu       sync.Mutex
 	inFlight map[string]restartChosen // by pod uid
+	// counts numbers the counts of the namespace's rounds; firstSeen is,
+	// for each owned pod a count showed live while a restart was in
+	// flight, the first count that did and its owner: a pod first shown
+	// after a restart was chosen is the kind of pod that replaces it
+	// (owed).
+	counts    uint64
+	firstSeen map[string]seenPod
 	// deletions are the latest maxDeletions DELETEs the namespace's rounds
 	// sent, oldest first: when each was sent, and the revision it answered
 	// (0 while in flight); those refused are forgotten (seenAfter).
@@ -159,6 +170,16 @@ func (b *namespaceBudget) cutoffAfter(ctx context.Context, moment uint64, wait t
 type restartChosen struct {
 	at time.Time
 	by string
+	// owner is the pod's owner uid ("": a bare pod); count, the count it
+	// was chosen on (namespaceBudget.counts).
+	owner string
+	count uint64
+}
+
+// seenPod is a pod's first count and its owner (namespaceBudget.firstSeen).
+type seenPod struct {
+	count uint64
+	owner string
 }
 
 // budgetOf returns the shared budget state of namespace.
@@ -209,10 +230,17 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	byOwner := map[string]*ownerCount{}
 	available := 0
+	b.counts++
+	if len(b.inFlight) == 0 || b.firstSeen == nil {
+		b.firstSeen = map[string]seenPod{} // no restart to tell replacements of
+	}
 	for i := range view {
 		p := &view[i]
 		if !p.owned() || !p.live() {
 			continue
+		}
+		if _, ok := b.firstSeen[p.uid]; !ok {
+			b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
 		}
 		o := byOwner[p.owner.uid]
 		if o == nil {
@@ -266,7 +294,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 		desired, err := c.owners.desired(uid)
 		if err != nil {
-			desired = r.mostSeen[uid]
+			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))
 			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
@@ -277,4 +305,89 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		expected += max(desired-o.unselected, 0)
 	}
 	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+}
+
+// owed returns how many pods of owner the namespace's rounds restarted
+// that live (this count's owned live pods) no longer shows, and whose
+// replacements no count has shown yet: a round that begins while they are
+// missing has not seen them, and counts them as expected all the same. A
+// pod of owner first shown after a restart was chosen is taken for its
+// replacement; the latest k restarts need k of those first shown after the
+// earliest of them. b.mu must be held.
+func (b *namespaceBudget) owed(owner string, live map[string]string) int {
+	var gone, since []uint64
+	for uid, chosen := range b.inFlight {
+		if chosen.owner == owner && live[uid] == "" {
+			gone = append(gone, chosen.count)
+		}
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	for _, seen := range b.firstSeen {
+		if seen.owner == owner {
+			since = append(since, seen.count)
+		}
+	}
+	slices.Sort(gone)
+	slices.Sort(since)
+	owed := 0
+	for i, chosen := range gone {
+		after, _ := slices.BinarySearch(since, chosen+1)
+		owed = max(owed, len(gone)-i-(len(since)-after))
+	}
+	return owed
+}
+
+// oweResumed notes, for round r that resumed an intent, the pods it names
+// that view does not show, less the selected pods of their owner it does
+// not name (created since the round began: replacements), as restarts of
+// an earlier process's round in flight from now: their replacements may
+// not exist yet (owed). Where the named pods the view shows have not all
+// one owner, theirs is not known, and none is owed. b.mu must be held.
+func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
+	owner, shown, since := "", map[string]bool{}, 0
+	for i := range view {
+		p := &view[i]
+		if !r.only[p.uid] {
+			continue
+		}
+		shown[p.uid] = true
+		if !p.live() {
+			continue
+		}
+		if !p.owned() || (owner != "" && p.owner.uid != owner) {
+			return
+		}
+		owner = p.owner.uid
+	}
+	if owner == "" {
+		return
+	}
+	for i := range view {
+		if p := &view[i]; p.live() && p.owner.uid == owner && !r.only[p.uid] && r.sel.selects(p) {
+			since++
+		}
+	}
+	owed := len(r.only) - len(shown) - since
+	if owed <= 0 {
+		return
+	}
+	if len(b.inFlight) == 0 || b.firstSeen == nil {
+		b.firstSeen = map[string]seenPod{}
+	}
+	b.counts++ // the pods shown now are not the replacements still to come
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			if _, ok := b.firstSeen[p.uid]; !ok {
+				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
+			}
+		}
+	}
+	for uid := range r.only {
+		if _, ok := b.inFlight[uid]; !ok && !shown[uid] && owed > 0 {
+			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts}
+			owed--
+		}
+	}
 }

@@ -329,3 +329,82 @@ func TestTwoRoundsOverTheSamePodsKeepTheBudget(t *testing.T) {
 	assert.LessOrEqual(t, *most, 2, "pods down at once")
 	assert.GreaterOrEqual(t, *fewest, 6)
 }
+
+// TestEstimateCountsPodsAnEarlierRoundRestarted ensures a round that begins
+// after an earlier round's restart landed and before its replacement
+// exists (a change superseding the round) counts that pod as expected when
+// it estimates its owner: a DaemonSet (no scale), or a ReplicaSet whose
+// scale cannot be read. Counting only the pods it sees, a DaemonSet of 2
+// with a budget of 1 goes fully down.
+func TestEstimateCountsPodsAnEarlierRoundRestarted(t *testing.T) {
+	for _, tt := range []struct {
+		name, kind string
+		forbidden  bool
+	}{
+		{"DaemonSet", "DaemonSet", false},
+		{"ReplicaSetScaleForbidden", "ReplicaSet", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pods := podsOf("RR")
+			for _, p := range pods {
+				p.ownerKind = tt.kind
+			}
+			api := newFakeAPI(t, pods...) // no replacement until the test makes it
+			if tt.forbidden {
+				api.fault = func(r request) (int, string, bool) {
+					if strings.HasSuffix(r.path, "/scale") {
+						return 403, `{"kind":"Status","code":403,"reason":"Forbidden","message":"cannot get resource \"replicasets/scale\""}`, true
+					}
+					return 0, "", false
+				}
+			}
+			_, fewestReady := downAtDeletion(api, webapp)
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return len(api.removedPods()) == 1 }, waitFor, time.Millisecond)
+
+			// The data changes again while web-1's replacement is missing.
+			waited := m.Reconciles.Value(resultWaiting)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v3})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+
+			api.mu.Lock()
+			r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
+			api.pods[r.name].owner, api.pods[r.name].ownerKind, api.pods[r.name].ready = "web-rs", tt.kind, true
+			api.mu.Unlock()
+			require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
+		})
+	}
+}
+
+// TestEstimateCountsPodsAnEarlierProcessRestarted ensures a round that
+// resumes an intent over a DaemonSet of 2 (budget 1), one of whose pods
+// the earlier process restarted and whose replacement does not exist yet,
+// counts 2 expected, not the 1 it sees: the other pod waits for the
+// replacement.
+func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
+	pods := podsOf("RR")
+	for _, p := range pods {
+		p.ownerKind = "DaemonSet"
+	}
+	api := newFakeAPI(t, pods[1]) // web-1 restarted, its replacement not created yet
+	_, fewestReady := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2"})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+
+	api.mu.Lock()
+	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
+	api.pods[r.name].owner, api.pods[r.name].ownerKind, api.pods[r.name].ready = "web-rs", "DaemonSet", true
+	api.mu.Unlock()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.Equal(t, []string{"web-2"}, api.removedPods())
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
+}

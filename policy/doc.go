@@ -54,7 +54,8 @@
 //	                                        joined before the worker reads it
 //	round.listed, mostSeen, live,           the namespace budget's lock: other
 //	estimate, allowed;                      rounds' waves count this one's budget
-//	namespaceBudget.inFlight, deletions     (restart goroutines note deletions)
+//	namespaceBudget.inFlight, deletions,    (restart goroutines note deletions)
+//	counts, firstSeen
 //	round.blocked, firstRestart, sent       atomic: restart goroutines
 //	owners (scale reads, discovery)         its own lock (after c.mu or the
 //	                                        budget's); kept while a round

@@ -562,6 +562,52 @@ func TestWavesGoOnOnceTheScaleGoesDown(t *testing.T) {
 	})
 }
 
+// TestScaleUpWithinASecondOfTheReadKeepsTheBudget ensures a wave that would
+// restart a Ready pod reads its owner's scale again when the read it has
+// is older than its view: a ReplicaSet of 4 (MAX_UNAVAILABLE=1) scaled to
+// 5 half a second after the read, its new pod not created yet, while the
+// first restart's replacement becomes Ready, counts 5 expected and 4
+// available, and restarts nothing until the new pod is Ready. The kept
+// read (4) restarts a second pod. One read more, in that wave only.
+func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement)
+		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+		cfg.Pods = oneIndex{x: x}
+		c, _ := newTestController(t, memAPI{api}, cfg)
+		c.wavePoll = time.Hour
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		require.Equal(t, []string{"webapp-1"}, api.removedPods(), "the first wave")
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		reads := len(api.seen(http.MethodGet, "scale"))
+
+		// Scaled to 5; the replacement becomes Ready before the new pod exists.
+		api.mu.Lock()
+		api.owners["webapp-rs"].replicas = 5
+		p := api.pods["webapp-1r"]
+		api.revision++
+		p.ready, p.version, p.readySince = true, api.revision, time.Now()
+		x.Handle(podEvent(t, watch.Modified, *p))
+		api.mu.Unlock()
+		synctest.Wait()
+		assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "5 expected, 4 available: no pod may go")
+		assert.Len(t, api.seen(http.MethodGet, "scale"), reads+1, "the scale read again once")
+
+		api.mu.Lock()
+		n := api.addPodLocked("webapp-5", map[string]string{"app": "webapp"})
+		p = api.pods[n.name]
+		p.owner, p.ready, p.readySince = "webapp-rs", true, time.Now()
+		x.Handle(podEvent(t, watch.Added, *p))
+		api.mu.Unlock()
+		synctest.Wait()
+		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
+	})
+}
+
 // memAPI serves the controller's requests from the fake in memory, so that
 // a test runs on synctest's clock: a socket would keep it from moving.
 type memAPI struct{ f *fakeAPI }

@@ -30,7 +30,8 @@ type scaleRead struct {
 	err      error     // why it could not be read; replicas is then unknown
 }
 
-// scaleReadEvery bounds how often one owner's scale is read.
+// scaleReadEvery bounds how often one owner's scale is read, but for a
+// wave that would restart a Ready pod on a read older than its view (wave).
 const scaleReadEvery = time.Second
 
 // errNoScale: the owner's kind has no scale subresource (a DaemonSet, a Job).
@@ -88,8 +89,9 @@ func newOwners(api API) *owners {
 }
 
 // refresh reads, side by side, the scale of each owner in list not read in
-// the last scaleReadEvery, for round r, and waits for those being read.
-func (o *owners) refresh(ctx context.Context, r *round, namespace string, list []ownerRef) {
+// the last scaleReadEvery, or by a request sent before since (if not
+// zero), for round r, and waits for those being read.
+func (o *owners) refresh(ctx context.Context, r *round, namespace string, list []ownerRef, since time.Time) {
 	now := time.Now()
 	var reads []*scaleRead
 	o.mu.Lock()
@@ -101,7 +103,7 @@ func (o *owners) refresh(ctx context.Context, r *round, namespace string, list [
 	for _, owner := range list {
 		a.uids[owner.uid], a.versions[owner.apiVersion] = true, true
 		s := o.scales[owner.uid]
-		if s == nil || (isDone(s.done) && now.Sub(s.at) >= scaleReadEvery) {
+		if s == nil || (isDone(s.done) && now.Sub(s.at) >= scaleReadEvery) || (s.sent.Before(since) && !errors.Is(s.err, errNoScale)) {
 			s = &scaleRead{done: make(chan struct{}), sent: now}
 			o.scales[owner.uid] = s
 			go func() {
@@ -146,6 +148,19 @@ func (o *owners) desired(uid string) (int, error) {
 		return 0, s.err
 	}
 	return s.replicas, nil
+}
+
+// readSince reports whether the scale of every owner of list that has one
+// was last read by a request sent at or after t (a wave's view).
+func (o *owners) readSince(list []ownerRef, t time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, owner := range list {
+		if s := o.scales[owner.uid]; s == nil || (s.sent.Before(t) && !errors.Is(s.err, errNoScale)) {
+			return false
+		}
+	}
+	return true
 }
 
 // readAgainAt returns when the first owner of list whose scale was read

@@ -117,10 +117,10 @@ func TestScaleReadAtMostOncePerSecond(t *testing.T) {
 	r := &round{}
 	var wg sync.WaitGroup
 	for range 5 {
-		wg.Go(func() { o.refresh(context.Background(), r, "ns", []ownerRef{owner}) })
+		wg.Go(func() { o.refresh(context.Background(), r, "ns", []ownerRef{owner}, time.Time{}) })
 	}
 	wg.Wait()
-	o.refresh(context.Background(), r, "ns", []ownerRef{owner})
+	o.refresh(context.Background(), r, "ns", []ownerRef{owner}, time.Time{})
 	n, err := o.desired(owner.uid)
 	require.NoError(t, err)
 	assert.Equal(t, 4, n)
@@ -155,8 +155,8 @@ func TestOwnersKeepWhatRoundsInProgressAskedFor(t *testing.T) {
 	o := newOwners(client)
 	widget := ownerRef{"example.com/v1", "Widget", "w", "w-uid"}
 	a, b := &round{}, &round{}
-	o.refresh(context.Background(), a, "ns", []ownerRef{widget})
-	o.refresh(context.Background(), b, "ns", []ownerRef{widget})
+	o.refresh(context.Background(), a, "ns", []ownerRef{widget}, time.Time{})
+	o.refresh(context.Background(), b, "ns", []ownerRef{widget}, time.Time{})
 	n, err := o.desired(widget.uid)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)

@@ -135,7 +135,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	var read []ownerRef
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
 		read = c.ownersToRead(r, others, view, pending)
-		c.owners.refresh(ctx, r, obj.namespace, read)
+		c.owners.refresh(ctx, r, obj.namespace, read, time.Time{})
 	}
 	wg.Wait()
 	if intentErr != nil {
@@ -145,7 +145,16 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
 	now := time.Now()
-	chosen := c.choose(b, r, others, view, pending, now)
+	chosen, stale := c.choose(b, r, others, view, pending, now, c.owners.readSince(read, viewAt))
+	if stale {
+		// A scale-up within the second a read is kept, while a pod is
+		// missing, shows in no count: a Ready pod goes only on reads
+		// sent after the view, one more per owner in a wave that would
+		// restart one.
+		c.owners.refresh(ctx, r, obj.namespace, read, viewAt)
+		now = time.Now()
+		chosen, _ = c.choose(b, r, others, view, pending, now, true)
+	}
 	c.sayEstimate(b, obj, r, log)
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
 	err = c.restartAll(ctx, key, obj, r, chosen, log)
@@ -223,6 +232,9 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
+	if r.only != nil {
+		b.oweResumed(r, view, r.progress)
+	}
 	if r.resumed {
 		log.Info("resuming an interrupted round", obj.dataAttr(), "pods", len(r.pods), "max_unavailable", c.cfg.MaxUnavailable.String(), "from_index", x != nil)
 	} else {
@@ -438,10 +450,12 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 // and every one that serves nothing (first), then those that need the
 // budget while every round that selects them allows one more unavailable
 // pod. In a dry run, where nothing changes
-// between waves, and at 100 %, it takes them all.
-func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time) []int {
+// between waves, and at 100 %, it takes them all. One that needs the
+// budget is taken only where the owners' scale was read after the view
+// (fresh): else choose takes none and returns stale.
+func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time, fresh bool) (chosen []int, stale bool) {
 	if c.cfg.DryRun || c.cfg.MaxUnavailable.all() {
-		return pending
+		return pending, false
 	}
 	byUID := make(map[string]*livePod, len(view))
 	for i := range view {
@@ -451,11 +465,11 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 	defer b.mu.Unlock()
 	b.prune(now)
 	if r.halted && len(c.unavailableReplacements(r, view, now)) > 0 {
-		return nil // frozen
+		return nil, false // frozen
 	}
 	tallies := map[*round]*tally{r: c.count(b, r, view, now)}
 	r.allowed = tallies[r].allowed
-	var chosen, budgeted []int
+	var budgeted []int
 	for _, i := range pending {
 		if other, ok := b.inFlight[r.pods[i].uid]; ok && other.by != r.key {
 			continue // another object's round restarts it now: it is done with once the view shows so
@@ -481,15 +495,18 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		if slices.ContainsFunc(rules, func(t *tally) bool { return t.allowed < 1 }) {
 			continue
 		}
+		if !fresh {
+			return nil, true
+		}
 		for _, t := range rules {
 			t.allowed--
 		}
 		chosen = append(chosen, i)
 	}
 	for _, i := range chosen {
-		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key}
+		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key, owner: byUID[r.pods[i].uid].owner.uid, count: b.counts}
 	}
-	return chosen
+	return chosen, false
 }
 
 // unavailableReplacements returns the pods r selects that are not its own
@@ -527,7 +544,7 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 		result = "forbidden"
 	}
 	c.metrics.OwnerReadsFailed.Inc(result)
-	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began (%d) instead.",
+	msg := fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): counting the most of its pods seen since the round began, and those restarted and not replaced yet (%d) instead.",
 		est.owner.kind, est.owner.name, est.err, est.pods)
 	log.Warn("counting expected pods without their owner's scale", "owner", est.owner.kind+"/"+est.owner.name, "pods", est.pods, "err", est.err)
 	c.event(obj, typ, "ExpectedPodsEstimated", truncate.String(msg, 1024))

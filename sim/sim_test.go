@@ -32,16 +32,12 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 //     during it, the round still runs for its storm-time data, halts on
 //     replacements crash-looping on that bad data, and no round for the
 //     last data ever begins (policy/storm.go promises one).
-//   - estimate: policy/budget.go count starts r.mostSeen from the pods live
-//     at a round's first count. A round begun after another round's
-//     deletions landed and before their replacements exist estimates an
-//     owner whose scale it cannot read (a DaemonSet; a ReplicaSet whose
-//     scale read failed) one or more too low, and restarts past
-//     MAX_UNAVAILABLE.
-//   - scale: an owner's scale is cached up to a second (owners.go); a
-//     scale-up within that second, while a replacement is still missing,
-//     is not seen (max(desired, running) does not cover it), and the
-//     round restarts one past MAX_UNAVAILABLE.
+//   - unbegun: policy/waves.go choose counts the budgets of the other
+//     rounds of the namespace only once they have taken their pods
+//     (round.listed), and of no object whose round has not begun yet (a
+//     controller just started resumes or begins one object's round at a
+//     time, one worker each). A round restarts a pod that an unlisted or
+//     unbegun round over it, whose other pods are down, would not allow.
 //   - 5xx: a DELETE answered 500 (the server did nothing) keeps its pod in
 //     flight for 2 minutes (inFlightFor): at MAX_UNAVAILABLE=1 the round
 //     restarts no Ready pod for 2 minutes, halting on the way.
@@ -60,31 +56,27 @@ var knownBugSeeds = map[uint64]string{
 	6:   "prompt, 10/10: re-created (ns-a/cm1 deleted 106.5 s, created again 112.4 s; rs3-17 reads k1 optionally)",
 	8:   "fails about 3 runs in 20 under -race only: not classified yet",
 	9:   "prompt, 10/10: 5xx (DELETE rs1-3 answered 500 at 17 s; cm2's round halts, MAX_UNAVAILABLE=1)",
-	10:  "budget, 10/10: scale (rs1 scaled 7 to 8 at 53.56 s, restart at 53.59 s)",
+	11:  "prompt, 5/5: 5xx (DELETE rs2-13 answered 500 at 122.6 s; cm1's round waits it out at MAX_UNAVAILABLE=1)",
 	16:  "converge, 10/10: storm (ns-a/cm1; halted at 145.7 s on replacements of k1=bad)",
-	19:  "budget, about 3/20: estimate (ReplicaSet scales unread under faults, ExpectedPodsEstimated, 119.9 s); converge, about 4/20: not classified yet",
-	35:  "budget, 8/8: not classified yet (the first restart of a controller started 2 s after a SIGTERM leaves 4 of 15 available; one ExpectedPodsEstimated)",
-	50:  "budget, 10/10: estimate (DaemonSet, a superseding round at 10.6 s)",
+	19:  "converge, about 15/20: storm (ns-b/cm3, a storm round on k1=bad from 106.7 s, fixed at 141.7 s)",
+	35:  "budget, about 10/20: unbegun (the resumed round of secret1 restarts rs1 pods at a controller's start before cm1's resumed round over them has begun); converge and prompt, about 7/20: not classified yet",
 	52:  "prompt, 7/10: not classified yet (POD_INDEX=false, MIN_READY_SECONDS=3: the round goes slower than the ground truth's budget allows)",
 	53:  "converge, 10/10: storm (ns-a/cm1; fix at 71.7 s after the storm ended at 56.7 s)",
+	55:  "prompt, 5/5: 5xx (the eviction of rs1-33 answered 504 at 226.3 s)",
 	57:  "converge, 9/10: storm (ns-a/cm3; halted at 149.4 s, the fix at 151.9 s changes nothing)",
-	60:  "budget and converge, 10/10: estimate (DaemonSet at 182.9 s) and storm (ns-b/cm3)",
-	65:  "budget, 10/10: estimate (DaemonSet of 2, both down at 4.6 s)",
-	86:  "budget, 10/10: estimate (DaemonSet, a superseding round at 18.7 s)",
-	92:  "budget and prompt, 10/10: estimate (DaemonSet at 3.4 s) and 5xx (DELETE rs1-5 answered 500 at 116 s)",
+	71:  "budget, about 5/10: unbegun (cm3's round restarts ds-n0-10 at 62.3 s while cm1's next round, its change seen at 59.3 s, has not begun and cm1's pods are down); converge, about 5/10: not classified yet",
+	84:  "budget, about 2/10: unbegun (controller 2's first restart at 99.95 s, one worker, before cm2's round over rs3 has begun)",
+	86:  "budget, about 2/20: unbegun (controller 3 at 70.2 s: cm1's resumed round evicts rs2-8 before cm2's resumed round over it has begun)",
+	92:  "prompt, about 1/20: 5xx (DELETE rs1-5 answered 500 at 116 s)",
 	93:  "bystander, 1/10: consent (namespaces watch cut by a compaction at 208.4 s, opt-out at 209.1 s, DELETE at 209.6 s)",
 	96:  "converge, 5/8: storm (ns-b/cm2), and ns-b/cm1's round halted twice: not classified yet",
 	101: "budget or prompt, 1/8: not classified yet",
 	110: "converge, 10/10: storm (secrets ns-a/secret1; a change at 145 s after the storm ended)",
 	112: "converge, 10/10: storm (ns-a/cm1, created again with k1=bad, fixed at 191.7 s)",
-	114: "budget, 10/10: estimate (ReplicaSet whose scale answer was lost, a superseding round at 104.5 s)",
-	118: "budget, 10/10: scale (rs1 scaled 4 to 6 at 34.6 s, restart at 35.0 s)",
-	120: "budget and converge, 2/10: estimate (DaemonSet at 137.8 s) and storm (ns-a/cm2)",
+	118: "converge, about 6/20: storm (ns-a/cm2, a storm round on bad data, fixed at 215.4 s, holds the budget over rs1); budget, about 1/20: unbegun (three rounds begun together at 124.8 s: cm1's evicts rs1-15 before cm2's has taken its pods)",
 	128: "bystander, 10/10: consent (namespaces watch cut at 66.9 s, opt-out at 67.9 s, restart at 68.7 s)",
 	129: "bystander, 9/10: consent (namespaces watch cut, opt-out at 47.1 s, relist delayed by faults until 56.4 s, evictions at 49-55 s)",
-	148: "budget, 10/10: estimate (DaemonSet, a superseding round at 136.8 s)",
 	150: "converge, 10/10: ns-a/cm1 created again at 134.9 s while a storm held its rounds back, the controller killed at 139.9 s before one began; its successor adopts the object (design.md names adoption only for an object created again while no controller ran)",
-	521: "budget, 10/10: scale (rs1 scaled 5 to 7 at 5.77 s, restart at 6.0 s)",
 }
 
 // result is what one run left.
