@@ -78,7 +78,8 @@ type round struct {
 	// round was in progress then (mark.go); nil: none.
 	mark *seenMark
 	// storm: it began while its object was in a storm, and a data change
-	// does not supersede it (storm.go). Set before the round is shown.
+	// does not supersede it (storm.go) until its worker clears it, under
+	// c.mu, once the storm ends or the round halts (endStormHold).
 	storm bool
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
