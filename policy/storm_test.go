@@ -407,3 +407,62 @@ func countEvents(rec *fakeRecorder, reason string) int {
 	}
 	return n
 }
+
+// TestObjectCreatedAgainInAStormKeepsItsRecordForASuccessor ensures a
+// ConfigMap deleted and created again with other data while a storm holds
+// its round back has the record its pods run (the tombstone's) written on
+// the new object: a controller killed before the round began leaves it, and
+// its successor, which never saw the tombstone, restarts the pods for the
+// new data instead of adopting it (the simulator's seed 150).
+func TestObjectCreatedAgainInAStormKeepsItsRecordForASuccessor(t *testing.T) {
+	api := newFakeAPI(t, owned("web", 2)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		api.afterDelete = func(p fakePod) { api.replacement(p) }
+		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, StormChanges: 2, StormWindow: time.Minute}
+		data := func(n int) map[string]string { return map[string]string{"k": "v" + strconv.Itoa(n)} }
+		first, _ := newTestController(t, memAPI{api}, cfg)
+		ctx, kill := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { first.Run(ctx); close(done) }()
+		synctest.Wait()
+		handle(t, first, watch.Added, cmSpec{uid: "uid-old", selector: ptr("app=web"), recorded: hashOf(t, data(1)), data: data(1)})
+		for n := 2; n <= 4; n++ { // the third change within the window: a storm, and its round
+			time.Sleep(time.Second)
+			handle(t, first, watch.Modified, cmSpec{uid: "uid-old", selector: ptr("app=web"), recorded: hashOf(t, data(1)), data: data(n)})
+			synctest.Wait()
+		}
+		require.Equal(t, float64(1), first.metrics.ObjectsInStorm.Value())
+		deleted := len(api.removedPods())
+		require.NotZero(t, deleted)
+
+		// Deleted and created again with other data: the storm holds its
+		// round back for the window. Then the controller is killed.
+		time.Sleep(time.Second)
+		handle(t, first, watch.Deleted, cmSpec{uid: "uid-old", selector: ptr("app=web"), data: data(4)})
+		writes := len(api.patchedAnnotations())
+		handle(t, first, watch.Added, cmSpec{uid: "uid-new", selector: ptr("app=web"), data: data(5)})
+		synctest.Wait()
+		require.Len(t, api.removedPods(), deleted, "the storm holds the round back")
+		kill()
+		<-done
+
+		// Its successor sees the new object as the server has it.
+		ann := map[string]string{}
+		for _, w := range api.patchedAnnotations()[writes:] {
+			for k, v := range w {
+				if v == nil {
+					delete(ann, k)
+				} else {
+					ann[k] = *v
+				}
+			}
+		}
+		next, _ := newTestController(t, memAPI{api}, cfg)
+		start(t, next)
+		handle(t, next, watch.Added, cmSpec{uid: "uid-new", selector: ptr("app=web"), annotations: ann, data: data(5)})
+		synctest.Wait()
+		assert.Len(t, api.removedPods(), deleted+2, "the pods restarted for the new object's data")
+		rs := api.recordedHashes()
+		assert.Equal(t, hashOf(t, data(5)), rs[len(rs)-1])
+	})
+}
