@@ -70,7 +70,7 @@ func (c *Controller) judgeStorm(key string, e *entry, now time.Time) (stormNews,
 		e.storm, e.stormRound = true, time.Time{}
 		c.storms[key] = true
 		news = stormBegan
-	case e.storm && now.Sub(last) >= window:
+	case e.storm && (now.Sub(last) >= window || quietBetween(e.changes, window)):
 		e.storm = false
 		delete(c.storms, key)
 		news = stormEnded
@@ -81,6 +81,19 @@ func (c *Controller) judgeStorm(key string, e *entry, now time.Time) (stormNews,
 		return news, 0
 	}
 	return news, last.Add(window).Sub(now)
+}
+
+// quietBetween: two changes in a row are window apart or more, so the data
+// was quiet for the window before the later one, though no worker looked
+// then (none does while the object is deleted). A storm begins only over
+// changes closer than that: one in progress began before, and is over.
+func quietBetween(changes []time.Time, window time.Duration) bool {
+	for i := 1; i < len(changes); i++ {
+		if changes[i].Sub(changes[i-1]) >= window {
+			return true
+		}
+	}
+	return false
 }
 
 // sayStorm logs and records an Event for news of obj's storm.
