@@ -35,13 +35,14 @@
 //	entry.changes, seenAt, mark             observers (takeView), under c.mu;
 //	                                        a mark's rv: its LIST's goroutine
 //	                                        until done is closed (mark.go)
-//	entry.storm, stormRound; c.storms       the worker of the key (judgeStorm,
-//	                                        stormGate), under c.mu; endTerm
+//	entry.storm, stormRound; c.storms;      the worker of the key (judgeStorm,
+//	round.storm                             stormGate, endStormHold), under
+//	                                        c.mu; endTerm
 //	entry.round (the pointer)               the worker of the key (beginRound,
 //	                                        reconcile, record); Lead's endTerm
 //	                                        once every worker has returned
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
-//	storm, overMixed
+//	overMixed
 //	round.pods, resumed, progress,          the worker of the key alone
 //	halted, haltFound, next, indexed
 //	(its index, swept, listOnly,
@@ -91,7 +92,9 @@
 //	                            Lead queues what needs action
 //	a storm                     judgeStorm (storm.go), by the key's worker: at
 //	                            most one round per StormWindow, not superseded
-//	                            by data changes; restartTokens paces restarts
+//	                            by data changes until the storm ends or it
+//	                            halts (endStormHold); restartTokens paces
+//	                            restarts
 //	a round's pods              take (waves.go) from its first view; from the
 //	                            index, completed once it has caught up to the
 //	                            bound, or by one sweep LIST (complete, sweep.go)

@@ -78,7 +78,8 @@ type round struct {
 	// round was in progress then (mark.go); nil: none.
 	mark *seenMark
 	// storm: it began while its object was in a storm, and a data change
-	// does not supersede it (storm.go). Set before the round is shown.
+	// does not supersede it (storm.go) until its worker clears it, under
+	// c.mu, once the storm ends or the round halts (endStormHold).
 	storm bool
 	// haltFound: it resumed an intent the server shows halted (by a
 	// controller before this one): it is halted from its first wave.
@@ -226,7 +227,13 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 	storm := false
 	if r == nil && (step == stepRound || step == stepResume) {
 		if wait := c.stormGate(e, now); wait > 0 {
+			carry := e.toCarry(c.recordsOnServer())
 			c.mu.Unlock()
+			if carry != nil {
+				if err := c.writeState(ctx, key, obj, nil, stateWrite{carry: carry}, func(*entry) {}); err != nil && !errors.Is(err, errSuperseded) {
+					return resultError, 0, err
+				}
+			}
 			return resultWaiting, wait, nil
 		}
 		storm = e.storm
@@ -555,15 +562,17 @@ func (c *Controller) writeHalt(ctx context.Context, key string, obj object, r *r
 }
 
 // stateWrite is one write of the state: a record (R = the data, removing I
-// and the halt), an intent (removing the halt), a halt, or an undo
-// (removing I and the halt). A record or an undo with mixed leaves
-// mixedIntent for I instead of none.
+// and the halt), an intent (removing the halt), a halt, an undo (removing I
+// and the halt), or a carry (R, its keys and I as the entry holds them:
+// toCarry). A record or an undo with mixed leaves mixedIntent for I
+// instead of none.
 type stateWrite struct {
 	record bool
 	mixed  bool
 	intent *intent
 	halt   *halt
 	undo   bool
+	carry  *stored
 }
 
 // leaves is the intent a record or an undo leaves.
@@ -589,6 +598,12 @@ func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[stri
 		return map[string]any{RestartingAnnotation: w.intent.text, HaltedAnnotation: nil}
 	case w.undo:
 		return map[string]any{RestartingAnnotation: orNil(w.leaves().text), HaltedAnnotation: nil}
+	case w.carry != nil:
+		a := map[string]any{RestartedForAnnotation: w.carry.recorded.text(), RestartingAnnotation: orNil(w.carry.intent.text)}
+		if w.carry.recordedKeys != "" || had {
+			a[RestartedForKeysAnnotation] = orNil(string(w.carry.recordedKeys))
+		}
+		return a
 	}
 	return map[string]any{HaltedAnnotation: w.halt.text()}
 }
@@ -602,6 +617,8 @@ func (w stateWrite) after(st stored, hash digest, keys keyDigests) stored {
 		st.intent, st.halted = *w.intent, halt{}
 	case w.undo:
 		st.intent, st.halted = w.leaves(), halt{}
+	case w.carry != nil:
+		st.recorded, st.recordedKeys, st.intent = w.carry.recorded, w.carry.recordedKeys, w.carry.intent
 	default:
 		st.halted = *w.halt
 	}

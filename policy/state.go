@@ -211,6 +211,21 @@ func (e *entry) shown() stored {
 	return e.obj.stored
 }
 
+// toCarry returns R, its keys and I as the entry holds them where a
+// ConfigMap's annotations lack them (one created again: they are its
+// tombstone's), for a worker whose round must wait (the storm gate):
+// written there, they tell a successor that never saw the tombstone what
+// the pods run, which it would otherwise adopt as a first sight. nil where
+// the server shows them, there is no R, or the state is a Secret's (its
+// state ConfigMap outlives it) or lives in memory only.
+func (e *entry) toCarry(onServer bool) *stored {
+	st := e.shown()
+	if !onServer || e.obj.kind != kindConfigMap || e.r.isZero() || (st.recorded == e.r && st.intent.text == e.i.text) {
+		return nil
+	}
+	return &stored{recorded: e.r, recordedKeys: e.rKeys, intent: e.i}
+}
+
 // needsIntent: round r has pods, and its intent is not written (none yet,
 // or, on the server, wiped or the object replaced since). onServer: R and
 // I are annotations, not memory only.

@@ -15,14 +15,17 @@ import (
 // operators fighting over one ConfigMap) would have its pods restarted as
 // fast as they become Ready, for as long as it flaps. In a storm it gets at
 // most one round per StormWindow, for the data of the moment that round
-// begins; a round begun in a storm is not superseded by the next data
-// change (its wave in flight and the rest of its pods finish, so that they
-// reach the data of each window), and it records the data it restarted
-// for. The replacements it caused after the data changed may run any data
-// seen meanwhile, even where the data ends on the round's own (R = D): such
-// a round (entry.sawOther) leaves mixedIntent beside R, and the next
-// window's round restarts every pod. Once the data has been quiet for
-// StormWindow the storm ends, and one round brings every pod to the last
+// begins; while the storm lasts, a round begun in it is not superseded by
+// the next data change (its wave in flight and the rest of its pods
+// finish, so that they reach the data of each window), and it records the
+// data it restarted for. The replacements it caused after the data changed
+// may run any data seen meanwhile, even where the data ends on the round's
+// own (R = D): such a round (entry.sawOther) leaves mixedIntent beside R,
+// and the next window's round restarts every pod. It holds on to its data
+// only while it can bring the pods there: once it halts (its replacements
+// may crash on that data, and the fix be in the next), or once the data
+// has been quiet for StormWindow and the storm ends, other data supersedes
+// it as any round (endStormHold), and a round brings every pod to the last
 // data. The observers note when data changed (entry.changes); the worker
 // of the key judges the storm (judgeStorm), so a standby reports none.
 //
@@ -67,16 +70,30 @@ func (c *Controller) judgeStorm(key string, e *entry, now time.Time) (stormNews,
 		e.storm, e.stormRound = true, time.Time{}
 		c.storms[key] = true
 		news = stormBegan
-	case e.storm && now.Sub(last) >= window:
+	case e.storm && (now.Sub(last) >= window || quietBetween(e.changes, window)):
 		e.storm = false
 		delete(c.storms, key)
 		news = stormEnded
+		e.endStormHold()
 	}
 	c.metrics.ObjectsInStorm.Set(float64(len(c.storms)))
 	if !e.storm {
 		return news, 0
 	}
 	return news, last.Add(window).Sub(now)
+}
+
+// quietBetween: two changes in a row are window apart or more, so the data
+// was quiet for the window before the later one, though no worker looked
+// then (none does while the object is deleted). A storm begins only over
+// changes closer than that: one in progress began before, and is over.
+func quietBetween(changes []time.Time, window time.Duration) bool {
+	for i := 1; i < len(changes); i++ {
+		if changes[i].Sub(changes[i-1]) >= window {
+			return true
+		}
+	}
+	return false
 }
 
 // sayStorm logs and records an Event for news of obj's storm.
@@ -107,6 +124,23 @@ func (c *Controller) stormGate(e *entry, now time.Time) time.Duration {
 	}
 	e.stormRound = now
 	return 0
+}
+
+// endStormHold: the round of e, if begun in a storm, no longer goes on for
+// its own data (its storm ended, or it halted). Other data, shown already,
+// ends it now, as an event showing it would end any round; it reports
+// whether it did. c.mu must be held, by the key's worker.
+func (e *entry) endStormHold() bool {
+	r := e.round
+	if r == nil || !r.storm {
+		return false
+	}
+	r.storm = false
+	if r.hash == e.obj.hash {
+		return false
+	}
+	e.ended = true
+	return true
 }
 
 // tokenBucket allows rate events a second on average and burst at once:

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -45,15 +47,7 @@ func (s *stormTest) change(t *testing.T, n int) {
 	handle(t, s.c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: stormData(n)})
 }
 
-func (s *stormTest) count(reason string) int {
-	n := 0
-	for _, e := range s.rec.all() {
-		if e.reason == reason {
-			n++
-		}
-	}
-	return n
-}
+func (s *stormTest) count(reason string) int { return countEvents(s.rec, reason) }
 
 // TestStormRestartsAtMostOncePerWindow ensures an object whose data changes
 // more than STORM_CHANGES times within STORM_WINDOW says so once (a
@@ -293,4 +287,205 @@ func TestMixedIntentRestartsEveryPodOnce(t *testing.T) {
 func TestTokenWaitNeverRoundsToNothing(t *testing.T) {
 	assert.Equal(t, time.Nanosecond, untilToken(1-1e-15, 5))
 	assert.Equal(t, 200*time.Millisecond, untilToken(0, 5))
+}
+
+// TestStormRoundGivesWayToTheLastData ensures a round begun in a storm for
+// data its pods crash on (their replacements crash-loop) does not hold on
+// to that data for good once a fix came: once the storm ends, or once the
+// round halts while the storm lasts, the last data supersedes it, and every
+// pod ends on the last data, recorded (the simulator's seeds 16 and 57).
+func TestStormRoundGivesWayToTheLastData(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // PROGRESS_DEADLINE
+		stormFor time.Duration // good changes every 5 s after the fix, up to this
+		inStorm  time.Duration // when, the storm still on, no pod may run the bad data
+	}{
+		{name: "the storm ends", deadline: time.Hour},
+		{name: "halted while the storm lasts", deadline: 30 * time.Second, stormFor: time.Minute, inStorm: 50 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI(t, owned("web", 2)...) // its server, a socket, outside the bubble
+			synctest.Test(t, func(t *testing.T) {
+				// The data each live pod started on; a replacement started
+				// on the bad data crash-loops. Both under api.mu.
+				data := "v1"
+				started := map[string]string{"web-1": data, "web-2": data}
+				api.afterDelete = func(p fakePod) {
+					delete(started, p.name)
+					n := api.pods[api.addPodLocked(p.name+"r", p.labels).name]
+					n.owner, n.readySince = p.owner, time.Now()
+					if data == "bad" {
+						n.waiting = "CrashLoopBackOff"
+					} else {
+						n.ready = true
+					}
+					started[n.name] = data
+				}
+				rec := &fakeRecorder{}
+				c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, Events: rec,
+					StormChanges: 2, StormWindow: 10 * time.Second, ProgressDeadline: tc.deadline})
+				c.wavePoll = time.Second
+				start(t, c)
+				change := func(d string) {
+					api.mu.Lock()
+					data = d
+					api.mu.Unlock()
+					// The object as the server shows it: the controller's
+					// writes of R, I and the halt, and the data.
+					ann := map[string]string{}
+					for _, w := range api.patchedAnnotations() {
+						for k, v := range w {
+							if v == nil {
+								delete(ann, k)
+							} else {
+								ann[k] = *v
+							}
+						}
+					}
+					handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), annotations: ann, data: map[string]string{"k": d}})
+					synctest.Wait()
+				}
+				onBad := func() []string {
+					api.mu.Lock()
+					defer api.mu.Unlock()
+					var pods []string
+					for name, d := range started {
+						if d == "bad" {
+							pods = append(pods, name)
+						}
+					}
+					return pods
+				}
+				began := time.Now()
+				handle(t, c, watch.Added, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, map[string]string{"k": "v1"}), data: map[string]string{"k": "v1"}})
+				time.Sleep(time.Second)
+				for _, d := range []string{"v2", "v3", "bad"} { // the third change in 2 s: a storm
+					change(d)
+					time.Sleep(time.Second)
+				}
+				require.Equal(t, 1, countEvents(rec, "ChangeStorm"))
+				require.Len(t, onBad(), 1, "the storm's round restarted one pod on the bad data, and its replacement crash-loops")
+				last := "fix"
+				change(last)
+				for n, checked := 1, false; time.Since(began) < tc.stormFor; n++ {
+					time.Sleep(5 * time.Second)
+					last = "fix" + strconv.Itoa(n)
+					change(last)
+					if tc.inStorm > 0 && !checked && time.Since(began) >= tc.inStorm {
+						require.Zero(t, countEvents(rec, "ChangeStormEnded"), "the storm goes on")
+						assert.Empty(t, onBad(), "pods crash-looping on the bad data at %s, the fix at 4s", time.Since(began))
+						checked = true
+					}
+				}
+				time.Sleep(3 * time.Minute)
+				synctest.Wait()
+
+				assert.Equal(t, 1, countEvents(rec, "ChangeStormEnded"))
+				api.mu.Lock()
+				byPod := map[string]string{} // by the pod its replacements replace
+				for name, d := range started {
+					byPod[strings.TrimRight(name, "r")] = d
+				}
+				api.mu.Unlock()
+				assert.Equal(t, map[string]string{"web-1": last, "web-2": last}, byPod, "every pod on the last data")
+				rs := api.recordedHashes()
+				require.NotEmpty(t, rs)
+				assert.Equal(t, hashOf(t, map[string]string{"k": last}), rs[len(rs)-1], "the last data recorded")
+			})
+		})
+	}
+}
+
+// countEvents counts the Events of reason rec holds.
+func countEvents(rec *fakeRecorder, reason string) int {
+	n := 0
+	for _, e := range rec.all() {
+		if e.reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// TestObjectCreatedAgainInAStormKeepsItsRecordForASuccessor ensures a
+// ConfigMap deleted and created again with other data while a storm holds
+// its round back has the record its pods run (the tombstone's) written on
+// the new object: a controller killed before the round began leaves it, and
+// its successor, which never saw the tombstone, restarts the pods for the
+// new data instead of adopting it (the simulator's seed 150).
+func TestObjectCreatedAgainInAStormKeepsItsRecordForASuccessor(t *testing.T) {
+	api := newFakeAPI(t, owned("web", 2)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		api.afterDelete = func(p fakePod) { api.replacement(p) }
+		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, StormChanges: 2, StormWindow: time.Minute}
+		data := func(n int) map[string]string { return map[string]string{"k": "v" + strconv.Itoa(n)} }
+		first, _ := newTestController(t, memAPI{api}, cfg)
+		ctx, kill := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { first.Run(ctx); close(done) }()
+		synctest.Wait()
+		handle(t, first, watch.Added, cmSpec{uid: "uid-old", selector: ptr("app=web"), recorded: hashOf(t, data(1)), data: data(1)})
+		for n := 2; n <= 4; n++ { // the third change within the window: a storm, and its round
+			time.Sleep(time.Second)
+			handle(t, first, watch.Modified, cmSpec{uid: "uid-old", selector: ptr("app=web"), recorded: hashOf(t, data(1)), data: data(n)})
+			synctest.Wait()
+		}
+		require.Equal(t, float64(1), first.metrics.ObjectsInStorm.Value())
+		deleted := len(api.removedPods())
+		require.NotZero(t, deleted)
+
+		// Deleted and created again with other data: the storm holds its
+		// round back for the window. Then the controller is killed.
+		time.Sleep(time.Second)
+		handle(t, first, watch.Deleted, cmSpec{uid: "uid-old", selector: ptr("app=web"), data: data(4)})
+		writes := len(api.patchedAnnotations())
+		handle(t, first, watch.Added, cmSpec{uid: "uid-new", selector: ptr("app=web"), data: data(5)})
+		synctest.Wait()
+		require.Len(t, api.removedPods(), deleted, "the storm holds the round back")
+		kill()
+		<-done
+
+		// Its successor sees the new object as the server has it.
+		ann := map[string]string{}
+		for _, w := range api.patchedAnnotations()[writes:] {
+			for k, v := range w {
+				if v == nil {
+					delete(ann, k)
+				} else {
+					ann[k] = *v
+				}
+			}
+		}
+		next, _ := newTestController(t, memAPI{api}, cfg)
+		start(t, next)
+		handle(t, next, watch.Added, cmSpec{uid: "uid-new", selector: ptr("app=web"), annotations: ann, data: data(5)})
+		synctest.Wait()
+		assert.Len(t, api.removedPods(), deleted+2, "the pods restarted for the new object's data")
+		rs := api.recordedHashes()
+		assert.Equal(t, hashOf(t, data(5)), rs[len(rs)-1])
+	})
+}
+
+// TestStormEndsAfterAQuietWindowNoWorkerSaw ensures a storm is over once
+// its data was quiet for the window, though the key's worker did not look
+// then (the object deleted, its tombstone not reconciled) and a change came
+// after: the storm does not go on from that change (the simulator's seed
+// 158, a ConfigMap created again 20.7 s after its storm's last change).
+func TestStormEndsAfterAQuietWindowNoWorkerSaw(t *testing.T) {
+	c, _ := newTestController(t, newFakeAPI(t).client(), Config{StormChanges: 2, StormWindow: 10 * time.Second})
+	e := &entry{}
+	start := time.Now()
+	for i := range 3 {
+		c.noteChange(e, start.Add(time.Duration(i)*time.Second))
+	}
+	news, _ := c.judgeStorm("ns/cm", e, start.Add(3*time.Second))
+	require.Equal(t, stormBegan, news)
+
+	later := start.Add(2*time.Second + 11*time.Second) // 11 s after the last change
+	c.noteChange(e, later)
+	news, left := c.judgeStorm("ns/cm", e, later)
+	assert.Equal(t, stormEnded, news)
+	assert.Zero(t, left)
+	assert.False(t, e.storm)
 }

@@ -602,6 +602,9 @@ func (c *Controller) setHalted(key string, r *round, halted bool) {
 	defer c.mu.Unlock()
 	if halted {
 		c.halted[key] = r
+		if e := c.entries[key]; e != nil && e.round == r && e.endStormHold() {
+			c.queue.Add(key) // its worker lets it go at once, not at its next look
+		}
 	} else {
 		delete(c.halted, key)
 	}

@@ -317,7 +317,7 @@ func (w *world) checkConverged() {
 func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
 	if w.adoptedWhileDown[dk] {
-		return "object created again while no controller ran: adopted"
+		return "object deleted or created again while no controller ran: adopted"
 	}
 	for _, s := range w.outSpans[a.ns] {
 		for _, c := range w.datas[dk].changes {

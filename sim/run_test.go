@@ -637,6 +637,7 @@ func (w *world) generate() {
 				return
 			}
 			w.selChanged[d.ns] = w.now()
+			deleted := w.now()
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
 			w.api.remove(k)
 			ann := annotationsOf(o)
@@ -660,7 +661,9 @@ func (w *world) generate() {
 				}
 				w.logf("world: %s %s/%s created again (data %v)", d.kind, d.ns, d.name, dd)
 				w.createData(d.kind, d.ns, d.name, ann, dd)
-				if w.proc == nil {
+				if w.proc == nil || w.procSince > deleted {
+					// No controller that saw the old object runs: the
+					// one that comes sees the new one first.
 					w.adoptedWhileDown[dataKey(d.kind, d.ns, d.name)] = true
 				}
 			})

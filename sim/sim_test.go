@@ -26,12 +26,6 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 // its mechanism (the families below, then one line per seed); they leave
 // the CI set until it is fixed. "k/10": failed in k of 10 replays.
 //
-//   - storm: a round begun in a storm goes on for its own data for good
-//     (policy/round.go current: a storm round is never superseded by newer
-//     data). After the storm ends, or a later change fixes bad data set
-//     during it, the round still runs for its storm-time data, halts on
-//     replacements crash-looping on that bad data, and no round for the
-//     last data ever begins (policy/storm.go promises one).
 //   - unbegun: policy/waves.go choose counts the budgets of the other
 //     rounds of the namespace only once they have taken their pods
 //     (round.listed), and of no object whose round has not begun yet (a
@@ -51,32 +45,25 @@ var knownBugSeeds = map[uint64]string{
 	1:   "converge or budget, 2/10: not classified yet",
 	2:   "converge, about 5/100: not classified yet (ns-a/rs1-97 and rs1-104 left off cm1's data of 210.4 s)",
 	3:   "budget, about 1/40: not classified yet (two rounds over rs1, of cm2 and cm3, restart rs1-9 and rs1-12 0.2 s apart at 31 s)",
-	4:   "converge, 10/10: storm (secrets ns-b/secret1; halted on ds-n0-10, created on k2=bad at 138 s)",
 	5:   "fails about 1 run in 20 under -race only: not classified yet",
 	6:   "prompt, 10/10: re-created (ns-a/cm1 deleted 106.5 s, created again 112.4 s; rs3-17 reads k1 optionally)",
 	8:   "fails about 3 runs in 20 under -race only: not classified yet",
 	9:   "prompt, 10/10: 5xx (DELETE rs1-3 answered 500 at 17 s; cm2's round halts, MAX_UNAVAILABLE=1)",
 	11:  "prompt, 5/5: 5xx (DELETE rs2-13 answered 500 at 122.6 s; cm1's round waits it out at MAX_UNAVAILABLE=1)",
-	16:  "converge, 10/10: storm (ns-a/cm1; halted at 145.7 s on replacements of k1=bad)",
 	19:  "converge, about 15/20: storm (ns-b/cm3, a storm round on k1=bad from 106.7 s, fixed at 141.7 s)",
 	35:  "budget, about 10/20: unbegun (the resumed round of secret1 restarts rs1 pods at a controller's start before cm1's resumed round over them has begun); converge and prompt, about 7/20: not classified yet",
 	52:  "prompt, 7/10: not classified yet (POD_INDEX=false, MIN_READY_SECONDS=3: the round goes slower than the ground truth's budget allows)",
-	53:  "converge, 10/10: storm (ns-a/cm1; fix at 71.7 s after the storm ended at 56.7 s)",
 	55:  "prompt, 5/5: 5xx (the eviction of rs1-33 answered 504 at 226.3 s)",
-	57:  "converge, 9/10: storm (ns-a/cm3; halted at 149.4 s, the fix at 151.9 s changes nothing)",
 	71:  "budget, about 5/10: unbegun (cm3's round restarts ds-n0-10 at 62.3 s while cm1's next round, its change seen at 59.3 s, has not begun and cm1's pods are down); converge, about 5/10: not classified yet",
 	84:  "budget, about 2/10: unbegun (controller 2's first restart at 99.95 s, one worker, before cm2's round over rs3 has begun)",
 	86:  "budget, about 2/20: unbegun (controller 3 at 70.2 s: cm1's resumed round evicts rs2-8 before cm2's resumed round over it has begun)",
 	92:  "prompt, about 1/20: 5xx (DELETE rs1-5 answered 500 at 116 s)",
 	93:  "bystander, 1/10: consent (namespaces watch cut by a compaction at 208.4 s, opt-out at 209.1 s, DELETE at 209.6 s)",
-	96:  "converge, 5/8: storm (ns-b/cm2), and ns-b/cm1's round halted twice: not classified yet",
+	96:  "prompt, 8/20: 5xx (the eviction of ns-a/rs2-6 answered 500 at 56.6 s stays in flight 2 minutes; ns-a/cm2's round, MAX_UNAVAILABLE=25% of 6, restarts nothing until then)",
 	101: "budget or prompt, 1/8: not classified yet",
-	110: "converge, 10/10: storm (secrets ns-a/secret1; a change at 145 s after the storm ended)",
-	112: "converge, 10/10: storm (ns-a/cm1, created again with k1=bad, fixed at 191.7 s)",
 	118: "converge, about 6/20: storm (ns-a/cm2, a storm round on bad data, fixed at 215.4 s, holds the budget over rs1); budget, about 1/20: unbegun (three rounds begun together at 124.8 s: cm1's evicts rs1-15 before cm2's has taken its pods)",
 	128: "bystander, 10/10: consent (namespaces watch cut at 66.9 s, opt-out at 67.9 s, restart at 68.7 s)",
 	129: "bystander, 9/10: consent (namespaces watch cut, opt-out at 47.1 s, relist delayed by faults until 56.4 s, evictions at 49-55 s)",
-	150: "converge, 10/10: ns-a/cm1 created again at 134.9 s while a storm held its rounds back, the controller killed at 139.9 s before one began; its successor adopts the object (design.md names adoption only for an object created again while no controller ran)",
 }
 
 // result is what one run left.

@@ -146,7 +146,7 @@ type world struct {
 	initialOut       map[string]bool     // namespaces that never opted in
 	outSince         map[string]time.Duration
 	outSpans         map[string][]span // when a namespace was opted out
-	adoptedWhileDown map[string]bool   // objects created again while no controller ran
+	adoptedWhileDown map[string]bool   // objects deleted or created again while no controller ran
 	procs            []*process
 	gens             int
 	downSince        time.Duration // the controller not running since (-1: running)
