@@ -42,37 +42,26 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 //     scale-up within that second, while a replacement is still missing,
 //     is not seen (max(desired, running) does not cover it), and the
 //     round restarts one past MAX_UNAVAILABLE.
-//   - 5xx: a DELETE answered 500 (the server did nothing) keeps its pod in
-//     flight for 2 minutes (inFlightFor): at MAX_UNAVAILABLE=1 the round
-//     restarts no Ready pod for 2 minutes, halting on the way.
-//   - consent: policy/consent.go NamespaceConsent.Allows answers from the
-//     last namespaces list or event while that watch is cut or relisting
-//     (410): a namespace that opted out meanwhile has its pods restarted.
-//   - re-created: a ConfigMap deleted and created again with the data the
-//     controller recorded: a pod that started in the gap reading it
-//     optionally runs without it, and no round follows.
 var knownBugSeeds = map[uint64]string{
 	1:   "converge or budget, 2/10: not classified yet",
 	2:   "converge, about 5/100: not classified yet (ns-a/rs1-97 and rs1-104 left off cm1's data of 210.4 s)",
 	3:   "budget, about 1/40: not classified yet (two rounds over rs1, of cm2 and cm3, restart rs1-9 and rs1-12 0.2 s apart at 31 s)",
 	4:   "converge, 10/10: storm (secrets ns-b/secret1; halted on ds-n0-10, created on k2=bad at 138 s)",
 	5:   "fails about 1 run in 20 under -race only: not classified yet",
-	6:   "prompt, 10/10: re-created (ns-a/cm1 deleted 106.5 s, created again 112.4 s; rs3-17 reads k1 optionally)",
 	8:   "fails about 3 runs in 20 under -race only: not classified yet",
-	9:   "prompt, 10/10: 5xx (DELETE rs1-3 answered 500 at 17 s; cm2's round halts, MAX_UNAVAILABLE=1)",
+	9:   "converge, about 3/10: storm (secrets ns-a/secret1 k2=bad in a storm at 81.9 s, fixed 108.4 s, halted on rs2-14); budget, about 2/10: estimate (ds-n1-9 at 74.1 s, a DaemonSet; rs1-14 at 87.4 s, ReplicaSet scale answers lost)",
 	10:  "budget, 10/10: scale (rs1 scaled 7 to 8 at 53.56 s, restart at 53.59 s)",
 	16:  "converge, 10/10: storm (ns-a/cm1; halted at 145.7 s on replacements of k1=bad)",
 	19:  "budget, about 3/20: estimate (ReplicaSet scales unread under faults, ExpectedPodsEstimated, 119.9 s); converge, about 4/20: not classified yet",
 	35:  "budget, 8/8: not classified yet (the first restart of a controller started 2 s after a SIGTERM leaves 4 of 15 available; one ExpectedPodsEstimated)",
 	50:  "budget, 10/10: estimate (DaemonSet, a superseding round at 10.6 s)",
-	52:  "prompt, 7/10: not classified yet (POD_INDEX=false, MIN_READY_SECONDS=3: the round goes slower than the ground truth's budget allows)",
+	52:  "prompt, about 1/4: not classified yet (POD_INDEX=false, MIN_READY_SECONDS=3: the round goes slower than the ground truth's budget allows; no 5xx involved); converge, about 2/5: storm (ns-b/cm1 k1=bad in a storm at 212.9 s, fixed 229.5 s, halted on rs3-18)",
 	53:  "converge, 10/10: storm (ns-a/cm1; fix at 71.7 s after the storm ended at 56.7 s)",
 	57:  "converge, 9/10: storm (ns-a/cm3; halted at 149.4 s, the fix at 151.9 s changes nothing)",
 	60:  "budget and converge, 10/10: estimate (DaemonSet at 182.9 s) and storm (ns-b/cm3)",
 	65:  "budget, 10/10: estimate (DaemonSet of 2, both down at 4.6 s)",
 	86:  "budget, 10/10: estimate (DaemonSet, a superseding round at 18.7 s)",
-	92:  "budget and prompt, 10/10: estimate (DaemonSet at 3.4 s) and 5xx (DELETE rs1-5 answered 500 at 116 s)",
-	93:  "bystander, 1/10: consent (namespaces watch cut by a compaction at 208.4 s, opt-out at 209.1 s, DELETE at 209.6 s)",
+	92:  "budget, 5/5: estimate (DaemonSet at 3.4 s)",
 	96:  "converge, 5/8: storm (ns-b/cm2), and ns-b/cm1's round halted twice: not classified yet",
 	101: "budget or prompt, 1/8: not classified yet",
 	110: "converge, 10/10: storm (secrets ns-a/secret1; a change at 145 s after the storm ended)",
@@ -80,8 +69,6 @@ var knownBugSeeds = map[uint64]string{
 	114: "budget, 10/10: estimate (ReplicaSet whose scale answer was lost, a superseding round at 104.5 s)",
 	118: "budget, 10/10: scale (rs1 scaled 4 to 6 at 34.6 s, restart at 35.0 s)",
 	120: "budget and converge, 2/10: estimate (DaemonSet at 137.8 s) and storm (ns-a/cm2)",
-	128: "bystander, 10/10: consent (namespaces watch cut at 66.9 s, opt-out at 67.9 s, restart at 68.7 s)",
-	129: "bystander, 9/10: consent (namespaces watch cut, opt-out at 47.1 s, relist delayed by faults until 56.4 s, evictions at 49-55 s)",
 	148: "budget, 10/10: estimate (DaemonSet, a superseding round at 136.8 s)",
 	150: "converge, 10/10: ns-a/cm1 created again at 134.9 s while a storm held its rounds back, the controller killed at 139.9 s before one began; its successor adopts the object (design.md names adoption only for an object created again while no controller ran)",
 	521: "budget, 10/10: scale (rs1 scaled 5 to 7 at 5.77 s, restart at 6.0 s)",
