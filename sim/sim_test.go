@@ -63,7 +63,7 @@ var knownBugSeeds = map[uint64]string{
 	86:  "budget, 10/10: estimate (DaemonSet, a superseding round at 18.7 s)",
 	92:  "budget, 5/5: estimate (DaemonSet at 3.4 s)",
 	96:  "converge, 5/8: storm (ns-b/cm2), and ns-b/cm1's round halted twice: not classified yet",
-	101: "budget or prompt, 1/8: not classified yet",
+	101: "budget, about 2/15: scale (rs1 scaled 3 to 7 at 52.995 s, restart at 53.0 s, MAX_UNAVAILABLE=2)",
 	110: "converge, 10/10: storm (secrets ns-a/secret1; a change at 145 s after the storm ended)",
 	112: "converge, 10/10: storm (ns-a/cm1, created again with k1=bad, fixed at 191.7 s)",
 	114: "budget, 10/10: estimate (ReplicaSet whose scale answer was lost, a superseding round at 104.5 s)",
