@@ -3,8 +3,10 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,12 +35,14 @@ import (
 //     least expected - MaxUnavailable of expected, for every round that
 //     selects it.
 //
-// A restart is in flight from the moment it is chosen until 2 minutes have
-// passed (the disruption controller's deletion timeout), whatever its
-// request answered, unless the answer proves that nothing was deleted; a
-// pod deleted since is no longer in any view, and one terminating is not
-// available, so the entry only matters while a view still shows the pod
-// running. Choosing and counting are one step under the namespace's lock,
+// A restart is in flight from the moment it is chosen until its answer
+// proves that nothing was deleted, or a view newer than an answer that
+// does not tell (a 5xx, a timeout, a cut connection) shows the pod, with
+// its uid, not terminating (settleUnsure), or else until 2 minutes have
+// passed (the disruption controller's deletion timeout); a pod deleted
+// since is no longer in any view, and one terminating is not available, so
+// the entry only matters while a view still shows the pod running.
+// Choosing and counting are one step under the namespace's lock,
 // which no request is sent under. Nothing else decides availability: a lost
 // DELETE answer, a pod that left, another round's restarts, a scale-up or a
 // scale-down all show in the counts.
@@ -168,8 +172,12 @@ func (b *namespaceBudget) cutoffAfter(ctx context.Context, moment uint64, wait t
 // pod while it is in flight; a later round of the same object may (the
 // earlier one's request may have failed).
 type restartChosen struct {
-	at time.Time
-	by string
+	at  time.Time
+	by  string
+	pod string // its name, for a re-read
+	// unsure is the moment (Controller.moment) of an answer that did not
+	// tell whether the request deleted the pod; 0: none came.
+	unsure uint64
 	// owner is the pod's owner uid ("": a bare pod); count, the count it
 	// was chosen on (namespaceBudget.counts).
 	owner string
@@ -200,6 +208,63 @@ func (b *namespaceBudget) release(uid string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inFlight, uid)
+}
+
+// noteUnsure notes that the restart of pod uid was answered, at moment at,
+// in a way that does not tell whether it deleted the pod.
+func (b *namespaceBudget) noteUnsure(uid string, at uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if chosen, ok := b.inFlight[uid]; ok {
+		chosen.unsure = at
+		b.inFlight[uid] = chosen
+	}
+}
+
+// settleUnsure decides, in view's namespace, the restarts whose answer did
+// not tell whether they deleted their pod: a view newer than that answer
+// that shows the pod, with its uid, not terminating, shows that nothing
+// was deleted, and the restart is taken out of flight; the 2-minute bound
+// is left for what no view settles. That view is a re-read of the pod by
+// name (a consistent LIST) sent after the answer, asked only for a pod the
+// round's view shows running: one the request deleted is terminating or
+// gone in any later view, and counts unavailable there anyway. An error of
+// a re-read fails the wave, which is retried.
+func (c *Controller) settleUnsure(ctx context.Context, namespace string, b *namespaceBudget, view []livePod) error {
+	running := make(map[string]bool, len(view))
+	for i := range view {
+		if p := &view[i]; !p.terminating && p.live() {
+			running[p.uid] = true
+		}
+	}
+	type unsure struct {
+		uid, pod string
+		at       uint64
+	}
+	var check []unsure
+	b.mu.Lock()
+	for uid, chosen := range b.inFlight {
+		if chosen.unsure != 0 && running[uid] {
+			check = append(check, unsure{uid: uid, pod: chosen.pod, at: chosen.unsure})
+		}
+	}
+	b.mu.Unlock()
+	slices.SortFunc(check, func(a, b unsure) int { return strings.Compare(a.pod, b.pod) })
+	for _, u := range check {
+		p, found, err := c.reread(ctx, namespace, u.pod)
+		if err != nil {
+			return fmt.Errorf("re-read pod %s/%s after an answer that did not tell whether it was deleted: %w", namespace, u.pod, err)
+		}
+		if !found || p.uid != u.uid || p.terminating {
+			continue
+		}
+		b.mu.Lock()
+		if chosen, ok := b.inFlight[u.uid]; ok && chosen.unsure == u.at { // not chosen again meanwhile
+			delete(b.inFlight, u.uid)
+		}
+		b.mu.Unlock()
+	}
+	return nil
 }
 
 // prune forgets restarts chosen more than inFlightFor ago. b.mu must be

@@ -10,6 +10,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -105,9 +106,17 @@ type NamespaceConsent struct {
 	gen     uint64
 	listed  chan struct{} // closed at the end of the first list
 	refused map[string]bool
+	// streaming: its watch's stream is open, so what it shows is current
+	// but for the API's latency. vouched, if set, is called (without the
+	// lock) each time a stream opens: what waited for it may go on.
+	streaming bool
+	vouched   func()
 }
 
-var _ watch.Handler = (*NamespaceConsent)(nil)
+var (
+	_ watch.Handler  = (*NamespaceConsent)(nil)
+	_ watch.Streamer = (*NamespaceConsent)(nil)
+)
 
 // NewNamespaceConsent returns the consent of the Namespaces sel matches.
 func NewNamespaceConsent(sel *selector.Selector, log *slog.Logger) *NamespaceConsent {
@@ -118,12 +127,39 @@ func NewNamespaceConsent(sel *selector.Selector, log *slog.Logger) *NamespaceCon
 // is known to have opted in, and the watches of ConfigMaps wait for it.
 func (n *NamespaceConsent) Listed() <-chan struct{} { return n.listed }
 
-// Allows reports whether namespace opted in.
+// Allows reports whether namespace opted in, as last shown.
 func (n *NamespaceConsent) Allows(namespace string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	_, ok := n.in[namespace]
 	return ok
+}
+
+// Vouches reports whether what Allows answers is current: the watch's
+// stream is open. While it is cut or relisting, a namespace may have opted
+// out unseen.
+func (n *NamespaceConsent) Vouches() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.streaming
+}
+
+// Streaming implements watch.Streamer.
+func (n *NamespaceConsent) Streaming(open bool) {
+	n.mu.Lock()
+	n.streaming = open
+	vouched := n.vouched
+	n.mu.Unlock()
+	if open && vouched != nil {
+		vouched()
+	}
+}
+
+// onVouched has f called each time the watch's stream opens.
+func (n *NamespaceConsent) onVouched(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.vouched = f
 }
 
 // firstRefusal reports whether namespace was not refused since it last
@@ -212,9 +248,48 @@ func (n *NamespaceConsent) set(namespace string, in bool) {
 	}
 }
 
-// optedIn reports whether the controller may act in namespace.
+// optedIn reports whether namespace opted in, as last shown.
 func (c *Controller) optedIn(namespace string) bool {
 	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Allows(namespace)
+}
+
+// errConsentUnknown: the namespaces' watch is cut or relisting, so no
+// namespace's consent can be vouched for; nothing is written until it
+// streams again, and what waited is queued again then (consentVouched).
+var errConsentUnknown = errors.New("the namespaces' consent is not known now (their watch is down): waiting for it")
+
+// vouched reports whether the consent of every namespace is known now:
+// there is no NamespaceConsent, or its watch streams.
+func (c *Controller) vouched() bool {
+	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Vouches()
+}
+
+// waitForConsent has key queued again once the namespaces' watch streams
+// (at once if it does already: it may have reopened since current asked).
+func (c *Controller) waitForConsent(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consentWaits[key] = true
+	if c.vouched() {
+		c.wakeConsentWaits()
+	}
+}
+
+// consentVouched queues what waited for the namespaces' consent: their
+// watch streams again.
+func (c *Controller) consentVouched() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wakeConsentWaits()
+}
+
+// wakeConsentWaits queues the keys that waited for consent. c.mu must be
+// held.
+func (c *Controller) wakeConsentWaits() {
+	for key := range c.consentWaits {
+		c.queue.Add(key) // lock order: c.mu, then the queue's
+	}
+	clear(c.consentWaits)
 }
 
 // ignoreNotOptedIn forgets an object of a namespace that did not opt in,

@@ -189,6 +189,7 @@ func newConsent(t *testing.T, listed map[string]map[string]string) (*NamespaceCo
 		n.Handle(namespaceEvent(t, watch.Synced, name, labels))
 	}
 	n.EndList()
+	n.Streaming(true) // the watch opens after its list
 	return n, func() ([]string, []string) { mu.Lock(); defer mu.Unlock(); return in, out }
 }
 
@@ -302,4 +303,48 @@ func countLines(out, s string) int {
 		}
 	}
 	return n
+}
+
+// TestNoRestartWhileTheNamespacesWatchIsDown ensures that while the
+// namespaces' watch is cut or relisting, nothing is written in any
+// namespace, its last view notwithstanding (an opt-out may be on its way):
+// the round waits, and goes on when the watch streams again if the
+// namespace still opts in; if the relist shows it opted out, nothing of
+// it is ever restarted.
+func TestNoRestartWhileTheNamespacesWatchIsDown(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		optedOut   bool // the relist no longer shows the namespace
+		wantPods   int
+		wantRecord bool
+	}{
+		{name: "still opted in: the round goes on once it streams", wantPods: 3, wantRecord: true},
+		{name: "opted out meanwhile: nothing restarted", optedOut: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			consent, _ := newConsent(t, map[string]map[string]string{"ns": optedIn})
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, Namespaces: consent})
+			consent.OptedOut = c.ForgetNamespace
+			start(t, c)
+			consent.Streaming(false) // cut: a compaction, then a 410 and a relist
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			settle(t, c)
+			assert.Empty(t, api.deletedPods(), "restarted while the namespace's consent was not known")
+			assert.Empty(t, api.patchedAnnotations(), "written while the namespace's consent was not known")
+
+			consent.BeginList()
+			if !tt.optedOut {
+				consent.Handle(namespaceEvent(t, watch.Synced, "ns", optedIn))
+			}
+			consent.EndList()
+			consent.Streaming(true)
+			if tt.wantPods > 0 {
+				require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond, "woken when the watch streams again")
+			}
+			settle(t, c)
+			assert.Len(t, api.deletedPods(), tt.wantPods)
+			assert.Equal(t, tt.wantRecord, len(api.recordedHashes()) == 1)
+		})
+	}
 }

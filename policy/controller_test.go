@@ -197,7 +197,9 @@ func TestAdoption(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
-			c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+			// With the pod index, which tells that no pod was created while
+			// an object was gone (startedWhileGone).
+			c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, mirror(t, api, nil)))
 			start(t, c)
 			tt.events(t, c)
 			settle(t, c)

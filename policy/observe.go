@@ -7,6 +7,7 @@ package policy
 // the queue and reads the entries under c.mu.
 
 import (
+	"context"
 	"runtime/debug"
 
 	"github.com/k8spatterns/config-watcher/events"
@@ -169,9 +170,48 @@ func (c *Controller) observe(obj object) bool {
 			obj.stored = c.stateOf(obj.key(), obj.namespace)
 		}
 	}
+	reborn := !first && !e.exists && e.obj.uid != obj.uid
 	c.takeView(e, obj)
+	if reborn && !e.i.present() && e.r == e.obj.hash && c.startedWhileGone(e) {
+		// Created again with the data its pods were restarted for, but
+		// a pod that started while it was gone read none of it (or
+		// waited for it: which, nothing tells): the pods are mixed.
+		e.i = mixedIntent
+	}
 	c.setExists(e, true)
 	return e.decide(c.recordsOnServer()) != stepNothing
+}
+
+// startedWhileGone reports whether a pod that the object of e, created
+// again, selects may have started while it was gone, reading none of its
+// data. Only the pod index tells when a pod was created (its ADDED event,
+// above what it had shown when the deletion was seen); without it, or
+// where the deletion was not seen as it happened (a relist's), that is
+// not known, and taken for yes: a restart too many, not a pod left on
+// other data. c.mu must be held.
+func (c *Controller) startedWhileGone(e *entry) bool {
+	x := c.indexFor(e.obj.namespace)
+	if x == nil || e.goneFloor == 0 {
+		return true
+	}
+	recs, ok := x.View(e.obj.namespace)
+	if !ok {
+		return true
+	}
+	sel, err := c.selectionOf(e.obj)
+	if err != nil {
+		return false // refused at its next change: no round
+	}
+	for _, rec := range recs {
+		p := fromRecord(rec)
+		if !sel.selects(&p) {
+			continue
+		}
+		if created, known := x.Created(context.Background(), e.obj.namespace, p.uid, 0); known && created > e.goneFloor {
+			return true
+		}
+	}
+	return false
 }
 
 // takeView applies a view of the object to its entry, and adopts the data
@@ -347,6 +387,7 @@ func (c *Controller) forget(key string) {
 		return
 	}
 	c.bury(e)
+	e.goneFloor = c.shownUpTo(e.obj.namespace)
 	c.tombstones = append(c.tombstones, key)
 	for len(c.tombstones) > maxTombstones {
 		old := c.tombstones[0]
@@ -365,6 +406,7 @@ const maxTombstones = 1024
 // bury makes e a tombstone and ends its round. c.mu must be held.
 func (c *Controller) bury(e *entry) {
 	c.setExists(e, false)
+	e.goneFloor = 0
 	e.ended = e.round != nil
 	e.last = nil
 	c.pruneHalted()

@@ -84,9 +84,10 @@ const maxConflicts = 5
 // data); otherwise left. In a round in waves, a pod that may serve again
 // when re-read waits for the next wave, which counts it again. An eviction
 // a disruption budget refuses stays pending for the next wave: the round
-// halts if that lasts ProgressDeadline (waves.go). Unless an answer may
-// mean the pod is being deleted (accepted, or lost on the way back), its
-// restart is taken out of flight (budget.go).
+// halts if that lasts ProgressDeadline (waves.go). An answer that proves
+// nothing was deleted takes the restart out of flight; one that does not
+// tell (a 5xx, a timeout, a cut connection) leaves it to settleUnsure
+// (budget.go).
 func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, log *slog.Logger) (state podState, err error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
@@ -180,6 +181,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			return podPending, c.refused(obj, verb, resource, "verb "+permission, err)
 		default:
 			maybeDeleted = true // the request may have been carried out
+			c.budgetOf(obj.namespace).noteUnsure(pod.uid, c.moment.Add(1))
 			count("error")
 			log.Warn("cannot "+verb+" pod", "outcome", "error", "err", err)
 			return podPending, fmt.Errorf("%s pod %s/%s: %w", verb, obj.namespace, pod.name, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -123,4 +124,46 @@ func TestReviewTurn5SettlingRoundSupersededLeavesNoIntent(t *testing.T) {
 
 	assert.Empty(t, api.removedPods(), "no pod ever ran v2, and the data is v1 again")
 	assert.Empty(t, api.recordedHashes())
+}
+
+// TestRecreatedWithTheRecordedDataRestartsPodsStartedWhileItWasGone ensures
+// an object deleted and created again with the data its pods were
+// restarted for restarts its pods when one may have started while it was
+// gone (reading none of it, as an optional reference allows): the pod
+// index saw one created after the deletion, or, without the index, which
+// alone tells, that cannot be known. The pods are mixed: every selected
+// pod is restarted, once.
+func TestRecreatedWithTheRecordedDataRestartsPodsStartedWhileItWasGone(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		indexed bool
+		want    []string
+	}{
+		{name: "the index saw a pod created while it was gone", indexed: true, want: []string{"webapp-1", "webapp-2", "webapp-3", "webapp-4"}},
+		{name: "without the index", want: []string{"webapp-1", "webapp-2", "webapp-3", "webapp-4"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}}
+			var x *podindex.Index
+			if tt.indexed {
+				x = mirror(t, api, nil)
+				cfg = withIndex(cfg, x)
+			}
+			c, m := newTestController(t, api.client(), cfg)
+			start(t, c)
+			cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1}
+			handle(t, c, watch.Synced, cm)
+			handle(t, c, watch.Deleted, cm)
+			started := api.addPod("webapp-4", map[string]string{"app": "webapp"}) // its optional reference finds nothing
+			if x != nil {
+				x.Handle(podEvent(t, watch.Added, started))
+			}
+			handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v1})
+			settle(t, c)
+			assert.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+			assert.ElementsMatch(t, tt.want, api.deletedPods(), "webapp-4 runs none of the data")
+			assert.Equal(t, []string{hashOf(t, v1)}, api.recordedHashes())
+		})
+	}
 }

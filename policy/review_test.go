@@ -421,7 +421,15 @@ func TestReviewSecretOwnerSyncThenOwnLateIntentResumesARound(t *testing.T) {
 // design.md: a re-created ConfigMap "is compared with the digest its pods
 // were restarted for"; they were restarted for v2.
 func TestReviewRecreatedMidRoundRestartsEveryPodAgain(t *testing.T) {
-	api := replacingAPI(t)
+	api := newFakeAPI(t, webPods()...)
+	// The pod index tells that every replacement was created before the
+	// deletion was seen (startedWhileGone).
+	x := mirror(t, api, func(p fakePod) *fakePod {
+		if p.terminating {
+			return nil
+		}
+		return api.pods[api.addPodLocked(p.name+"x", p.labels).name]
+	})
 	var c *Controller
 	var once sync.Once
 	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
@@ -438,7 +446,7 @@ func TestReviewRecreatedMidRoundRestartsEveryPodAgain(t *testing.T) {
 		}
 		return 0, "", false
 	}
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}})
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
 	start(t, c)
 	handle(t, c, watch.Modified, cm)
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultUnchanged) >= 1 }, waitFor, time.Millisecond)

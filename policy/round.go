@@ -140,6 +140,9 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	if !c.optedIn(obj.namespace) {
 		return fmt.Errorf("namespace %s opted out: %w", obj.namespace, errSuperseded)
 	}
+	if !c.vouched() {
+		return errConsentUnknown
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
@@ -165,6 +168,14 @@ func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct(
 // cannot fix returns nil. after, if not 0, is when to look again: a round
 // waiting in waves, or a finished round's last look.
 func (c *Controller) reconcile(ctx context.Context, key string) (result string, after time.Duration, err error) {
+	defer func() {
+		if errors.Is(err, errConsentUnknown) {
+			// Nothing was written since current asked; the round, if
+			// any, goes on once the namespaces' watch streams.
+			c.waitForConsent(key)
+			result, after, err = resultWaiting, 0, nil
+		}
+	}()
 	c.mu.Lock()
 	e := c.entries[key]
 	if e == nil || !e.exists {
@@ -771,7 +782,7 @@ func (c *Controller) event(obj object, typ, reason, message string) {
 // roundFailed reports a failed round, but not a stop for losing the lease
 // or for a newer change.
 func (c *Controller) roundFailed(obj object, err error) {
-	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, errConsentUnknown) || errors.Is(err, context.Canceled) {
 		return
 	}
 	if _, ok := errors.AsType[*refusal](err); ok {

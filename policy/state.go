@@ -66,8 +66,13 @@ type entry struct {
 	stormRound time.Time
 	last       *lastLook // the last round's last look, due later (waves.go)
 	exists     bool      // false: a tombstone
-	adopted    bool      // r was taken from the first sighting, not from a record
-	seen       uint64    // sequence number of the last event about the object
+	// goneFloor is what the pod index had shown when the object's
+	// deletion was seen (0: not seen as it happened, or no index): a pod
+	// it saw created above it may have started while the object was gone
+	// (startedWhileGone).
+	goneFloor uint64
+	adopted   bool   // r was taken from the first sighting, not from a record
+	seen      uint64 // sequence number of the last event about the object
 }
 
 // step is what a reconcile does next: a row of the table in

@@ -123,6 +123,11 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		r.next = wait
 		return errWaiting
 	}
+	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
+		if err := c.settleUnsure(ctx, obj.namespace, b, view); err != nil {
+			return err
+		}
+	}
 	others := c.otherRounds(obj.namespace, r)
 	if r.indexed != nil && (c.cfg.Strategy == StrategyEvict || c.cfg.DryRun) {
 		// No answer will carry a revision: the bound is a LIST, sent
@@ -504,7 +509,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		chosen = append(chosen, i)
 	}
 	for _, i := range chosen {
-		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key, owner: byUID[r.pods[i].uid].owner.uid, count: b.counts}
+		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key, pod: r.pods[i].name, owner: byUID[r.pods[i].uid].owner.uid, count: b.counts}
 	}
 	return chosen, false
 }

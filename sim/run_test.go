@@ -755,15 +755,20 @@ func (w *world) setConsent(ns string, in bool) {
 		labels = map[string]any{}
 		meta(o)["labels"] = labels
 	}
+	was := labels[consentLabel] == "true"
 	if in {
 		labels[consentLabel] = "true"
 	} else {
 		delete(labels, consentLabel)
 	}
 	w.selChanged[ns] = w.now()
-	if in {
+	// A span begins when the namespace leaves and ends when it comes back:
+	// an opt-out of one already out (from the start, say) leaves its span
+	// as it began.
+	switch {
+	case in && !was:
 		w.outSpans[ns] = append(w.outSpans[ns], span{w.outSince[ns], w.now()})
-	} else {
+	case !in && was:
 		w.outSince[ns] = w.now()
 	}
 	w.logf("world: namespace %s opted in: %v", ns, in)

@@ -32,21 +32,11 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 //     controller just started resumes or begins one object's round at a
 //     time, one worker each). A round restarts a pod that an unlisted or
 //     unbegun round over it, whose other pods are down, would not allow.
-//   - 5xx: a DELETE answered 500 (the server did nothing) keeps its pod in
-//     flight for 2 minutes (inFlightFor): at MAX_UNAVAILABLE=1 the round
-//     restarts no Ready pod for 2 minutes, halting on the way.
-//   - consent: policy/consent.go NamespaceConsent.Allows answers from the
-//     last namespaces list or event while that watch is cut or relisting
-//     (410): a namespace that opted out meanwhile has its pods restarted.
-//   - re-created: a ConfigMap deleted and created again with the data the
-//     controller recorded: a pod that started in the gap reading it
-//     optionally runs without it, and no round follows.
 var knownBugSeeds = map[uint64]string{
 	1:   "converge or budget, 2/10: not classified yet",
 	2:   "converge, about 5/100: not classified yet (ns-a/rs1-97 and rs1-104 left off cm1's data of 210.4 s)",
 	3:   "budget, about 1/40: not classified yet (two rounds over rs1, of cm2 and cm3, restart rs1-9 and rs1-12 0.2 s apart at 31 s)",
 	5:   "fails about 1 run in 20 under -race only: not classified yet",
-	6:   "prompt, 10/10: re-created (ns-a/cm1 deleted 106.5 s, created again 112.4 s; rs3-17 reads k1 optionally)",
 	8:   "fails about 3 runs in 20 under -race only: not classified yet",
 	9:   "prompt, 10/10: 5xx (DELETE rs1-3 answered 500 at 17 s; cm2's round halts, MAX_UNAVAILABLE=1)",
 	11:  "prompt, 5/5: 5xx (DELETE rs2-13 answered 500 at 122.6 s; cm1's round waits it out at MAX_UNAVAILABLE=1)",
@@ -58,12 +48,9 @@ var knownBugSeeds = map[uint64]string{
 	84:  "budget, about 2/10: unbegun (controller 2's first restart at 99.95 s, one worker, before cm2's round over rs3 has begun)",
 	86:  "budget, about 2/20: unbegun (controller 3 at 70.2 s: cm1's resumed round evicts rs2-8 before cm2's resumed round over it has begun)",
 	92:  "prompt, about 1/20: 5xx (DELETE rs1-5 answered 500 at 116 s)",
-	93:  "bystander, 1/10: consent (namespaces watch cut by a compaction at 208.4 s, opt-out at 209.1 s, DELETE at 209.6 s)",
 	96:  "prompt, 8/20: 5xx (the eviction of ns-a/rs2-6 answered 500 at 56.6 s stays in flight 2 minutes; ns-a/cm2's round, MAX_UNAVAILABLE=25% of 6, restarts nothing until then)",
 	101: "budget or prompt, 1/8: not classified yet",
 	118: "converge, about 6/20: storm (ns-a/cm2, a storm round on bad data, fixed at 215.4 s, holds the budget over rs1); budget, about 1/20: unbegun (three rounds begun together at 124.8 s: cm1's evicts rs1-15 before cm2's has taken its pods)",
-	128: "bystander, 10/10: consent (namespaces watch cut at 66.9 s, opt-out at 67.9 s, restart at 68.7 s)",
-	129: "bystander, 9/10: consent (namespaces watch cut, opt-out at 47.1 s, relist delayed by faults until 56.4 s, evictions at 49-55 s)",
 }
 
 // result is what one run left.

@@ -50,6 +50,14 @@ type Progresser interface {
 	Progress(resourceVersion string)
 }
 
+// Streamer is a Handler that is told when a watch stream opens and when it
+// ends: what it keeps is current only in between (Watching). While none is
+// open (a cut, the relist after a 410, the retries before), changes may be
+// on their way that it has not been shown.
+type Streamer interface {
+	Streaming(open bool)
+}
+
 // Config tunes a ListWatcher. Zero values take the defaults in brackets.
 type Config struct {
 	Path         string // of the collection, e.g. /api/v1/namespaces/default/configmaps
@@ -348,8 +356,15 @@ func (lw *ListWatcher) watch(ctx context.Context) (events int, timeout time.Dura
 	lw.watching.Store(true)
 	lw.problem.Store(nil)
 	lw.failures.Recovered("", "watching again", "path", lw.cfg.Path)
+	streamer, _ := lw.h.(Streamer)
+	if streamer != nil {
+		streamer.Streaming(true)
+	}
 	defer func() {
 		lw.watching.Store(false)
+		if streamer != nil {
+			streamer.Streaming(false)
+		}
 		lw.markHealthy()
 	}()
 

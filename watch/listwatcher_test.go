@@ -720,3 +720,32 @@ func TestListWatcherStartAfterHoldsTheFirstList(t *testing.T) {
 	api.waitWatches(t, 1)
 	l.stop(t)
 }
+
+// streamingHandler records, besides every call, each time it is told a
+// stream opened or ended.
+type streamingHandler struct{ *recordingHandler }
+
+var _ Streamer = streamingHandler{}
+
+func (h streamingHandler) Streaming(open bool) {
+	h.add(handlerCall{Op: map[bool]string{true: "open", false: "closed"}[open]})
+}
+
+// TestListWatcherTellsAStreamerWhileAStreamIsOpen ensures a Streamer
+// handler is told when each watch stream opens and ends, so that a cache
+// fed by it knows when it may be behind: between the two a 410 relists,
+// and nothing says it is open before the next stream is.
+func TestListWatcherTellsAStreamerWhileAStreamIsOpen(t *testing.T) {
+	api := newFakeAPI(t).
+		onList(oneItemList(), list("200", "", item("a", "150"))).
+		onWatch(stream(modified("a", "101"), goneEvent), status(http.StatusInternalServerError, "down\n"))
+	srv := api.start()
+	l := newLoop(t, srv.URL, Config{Kind: "ConfigMap"})
+	l.lw = New(l.lw.cfg, l.lw.client, streamingHandler{l.h}, l.lw.log, l.m)
+	l.run(t)
+	api.waitWatches(t, 3)
+	want := append(append([]string(nil), listed...), "open", "MODIFIED a@101", "closed",
+		"BeginList", "SYNCED a@150", "EndList", "open")
+	require.Eventually(t, func() bool { return len(l.h.seen()) >= len(want) }, waitLimit, time.Millisecond)
+	assert.Equal(t, want, l.h.seen()[:len(want)], "no stream opened for the failed watch")
+}

@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/k8spatterns/config-watcher/watch"
+)
+
+// TestRestartWhoseAnswerDidNotTellIsSettledByAView ensures a restart whose
+// DELETE was answered in a way that does not tell whether it acted (a 500;
+// a 504 after the server deleted) is judged by a view newer than the
+// answer, not kept in flight for 2 minutes: at MAX_UNAVAILABLE=1, a pod the
+// server did not delete is restarted again at the round's next try; one it
+// did delete stays counted unavailable, and no other pod goes while its
+// replacement starts.
+func TestRestartWhoseAnswerDidNotTellIsSettledByAView(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		acted bool // the server deleted webapp-1, and the answer said 504
+		want  []string
+	}{
+		{name: "a 500, nothing deleted: restarted again at once", want: []string{"webapp-1"}},
+		{name: "a 504 after the deletion: no second pod goes", acted: true, want: []string{"webapp-1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
+			api.graceful = true
+			synctest.Test(t, func(t *testing.T) {
+				x := mirror(t, api, api.replacement) // replacements start and never become Ready
+				var once sync.Once
+				first := func(r request) (hit bool) {
+					if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-1") {
+						once.Do(func() { hit = true })
+					}
+					return hit
+				}
+				if tt.acted {
+					api.lose = first
+				} else {
+					api.fault = func(r request) (int, string, bool) {
+						if first(r) {
+							return http.StatusInternalServerError, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"reason":"InternalError"}`, true
+						}
+						return 0, "", false
+					}
+				}
+				cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+				cfg.Pods = oneIndex{x: x}
+				c, _ := newTestController(t, memAPI{api}, cfg)
+				start(t, c)
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+				synctest.Wait()
+				time.Sleep(10 * time.Second) // the round's retries; far from 2 minutes
+				synctest.Wait()
+				assert.Equal(t, tt.want, api.removedPods())
+			})
+		})
+	}
+}
