@@ -253,43 +253,48 @@ func (c *Controller) optedIn(namespace string) bool {
 	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Allows(namespace)
 }
 
-// errConsentUnknown: the namespaces' watch is cut or relisting, so no
-// namespace's consent can be vouched for; nothing is written until it
-// streams again, and what waited is queued again then (consentVouched).
-var errConsentUnknown = errors.New("the namespaces' consent is not known now (their watch is down): waiting for it")
+// errNotVouched: a view that consent or selection is decided on may hide
+// a change, for its watch is cut or relisting: the Namespaces' (an
+// opt-out), or the object's own (a narrowed selector, a removed
+// annotation). The pods' views need no such check: the index is used only
+// while its watch streams, and every restart carries the pod's
+// resourceVersion, which the server checks. Nothing is written until the
+// watch streams again, and what waited is queued again then (vouchedAgain).
+var errNotVouched = errors.New("the namespaces' consent or the object's selection is not known now (their watch is down): waiting for it")
 
-// vouched reports whether the consent of every namespace is known now:
-// there is no NamespaceConsent, or its watch streams.
-func (c *Controller) vouched() bool {
-	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Vouches()
+// vouched reports whether the views obj's consent and selection are decided
+// on are current: the Namespaces' watch (if any) and obj's own watch
+// stream. c.mu must be held.
+func (c *Controller) vouched(obj object) bool {
+	return (c.cfg.Namespaces == nil || c.cfg.Namespaces.Vouches()) && !c.scopeOf(obj.kind, obj.namespace).cut
 }
 
-// waitForConsent has key queued again once the namespaces' watch streams
-// (at once if it does already: it may have reopened since current asked).
-func (c *Controller) waitForConsent(key string) {
+// waitForViews has key queued again once the views its object's consent
+// and selection are decided on stream (at once if they do already: one
+// may have reopened since current asked).
+func (c *Controller) waitForViews(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.consentWaits[key] = true
-	if c.vouched() {
-		c.wakeConsentWaits()
+	c.viewWaits[key] = true
+	if e := c.entries[key]; e == nil || c.vouched(e.obj) {
+		c.vouchedAgain()
 	}
 }
 
-// consentVouched queues what waited for the namespaces' consent: their
-// watch streams again.
+// vouchedAgain queues the keys that waited for a view: one streams again,
+// and each asks again. c.mu must be held.
+func (c *Controller) vouchedAgain() {
+	for key := range c.viewWaits {
+		c.queue.Add(key) // lock order: c.mu, then the queue's
+	}
+	clear(c.viewWaits)
+}
+
+// consentVouched: the Namespaces' watch streams again.
 func (c *Controller) consentVouched() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.wakeConsentWaits()
-}
-
-// wakeConsentWaits queues the keys that waited for consent. c.mu must be
-// held.
-func (c *Controller) wakeConsentWaits() {
-	for key := range c.consentWaits {
-		c.queue.Add(key) // lock order: c.mu, then the queue's
-	}
-	clear(c.consentWaits)
+	c.vouchedAgain()
 }
 
 // ignoreNotOptedIn forgets an object of a namespace that did not opt in,

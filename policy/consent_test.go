@@ -348,3 +348,27 @@ func TestNoRestartWhileTheNamespacesWatchIsDown(t *testing.T) {
 		})
 	}
 }
+
+// TestNoRestartWhileTheObjectsWatchIsDown ensures that while the watch of
+// an object's kind and namespace is cut or relisting, its round writes
+// nothing, its selector as last shown notwithstanding (a narrowed one may
+// be on its way); once the watch streams again, the round goes by what the
+// relist showed.
+func TestNoRestartWhileTheObjectsWatchIsDown(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}) // queued, no worker yet
+	stream := configMaps(c).(watch.Streamer)
+	stream.Streaming(false) // cut: a compaction, then a 410 and a relist
+	start(t, c)
+	settle(t, c)
+	assert.Empty(t, api.deletedPods(), "restarted while the object's selection was not known")
+	assert.Empty(t, api.patchedAnnotations(), "written while the object's selection was not known")
+
+	// The relist shows the selector narrowed meanwhile.
+	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=db"), recorded: hashOf(t, v1), data: v2})
+	stream.Streaming(true)
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond, "woken when the watch streams again")
+	settle(t, c)
+	assert.Equal(t, []string{"db-1"}, api.deletedPods())
+}

@@ -135,17 +135,18 @@ type Controller struct {
 	annotated  map[string]int // existing entries per namespace (told to Config.Pods.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	// consentWaits are the keys that wait for the namespaces' consent
-	// (waitForConsent), queued again when their watch streams.
-	consentWaits map[string]bool
-	all          [2]*scope                   // by kind: the handler for a watch of every namespace
-	namespaced   [2]map[string]*scope        // by kind: the handlers of watches of one namespace
-	budgets      map[string]*namespaceBudget // per namespace: what its rounds share (budget.go)
-	owners       *owners                     // the desired replicas of pods' owners (owners.go)
-	halted       map[string]*round           // halted rounds, by key
-	storms       map[string]bool             // objects in a storm, by key (storm.go)
-	markers      map[string]*marker          // by namespace: marks being sent (mark.go)
-	begun        map[string][]*round         // by namespace: rounds begun, some maybe over since (mark.go roundIn)
+	// viewWaits are the keys that wait for the views their consent and
+	// selection are decided on (waitForViews), queued again when a watch
+	// streams.
+	viewWaits  map[string]bool
+	all        [2]*scope                   // by kind: the handler for a watch of every namespace
+	namespaced [2]map[string]*scope        // by kind: the handlers of watches of one namespace
+	budgets    map[string]*namespaceBudget // per namespace: what its rounds share (budget.go)
+	owners     *owners                     // the desired replicas of pods' owners (owners.go)
+	halted     map[string]*round           // halted rounds, by key
+	storms     map[string]bool             // objects in a storm, by key (storm.go)
+	markers    map[string]*marker          // by namespace: marks being sent (mark.go)
+	begun      map[string][]*round         // by namespace: rounds begun, some maybe over since (mark.go roundIn)
 	// acting is the context of the requests of the current term (Lead),
 	// nil while no term runs: marks are sent only while this replica acts.
 	acting context.Context
@@ -210,7 +211,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		keyID:        keyID(cfg.DigestKey),
 		annotated:    map[string]int{},
 		retries:      map[string]backoff.BackOff{},
-		consentWaits: map[string]bool{},
+		viewWaits:    map[string]bool{},
 		synced:       make(chan struct{}),
 	}
 	if cfg.MaxRestartsPerSecond > 0 {

@@ -32,6 +32,22 @@ type scope struct {
 	namespace       string
 	start           uint64 // seq when the current list began
 	counted, listed bool   // in c.unsynced until its first list ends
+	// cut: a stream of its watch ended and none is open yet (a cut, the
+	// relist after a 410): a selector narrowed or an annotation removed
+	// meanwhile may be on its way (errNotVouched).
+	cut bool
+}
+
+var _ watch.Streamer = (*scope)(nil)
+
+// Streaming implements watch.Streamer.
+func (s *scope) Streaming(open bool) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.cut = !open
+	if open {
+		s.c.vouchedAgain()
+	}
 }
 
 func (s *scope) covers(namespace string) bool { return s.namespace == "" || s.namespace == namespace }

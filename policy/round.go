@@ -140,11 +140,11 @@ func (c *Controller) current(ctx context.Context, key string, obj object, r *rou
 	if !c.optedIn(obj.namespace) {
 		return fmt.Errorf("namespace %s opted out: %w", obj.namespace, errSuperseded)
 	}
-	if !c.vouched() {
-		return errConsentUnknown
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.vouched(obj) {
+		return errNotVouched
+	}
 	e := c.entries[key]
 	switch {
 	case e == nil || !e.exists || e.obj.uid != obj.uid || e.obj.selectsBy() != obj.selectsBy():
@@ -169,10 +169,10 @@ func (c *Controller) mayAct() bool { return c.cfg.MayAct == nil || c.cfg.MayAct(
 // waiting in waves, or a finished round's last look.
 func (c *Controller) reconcile(ctx context.Context, key string) (result string, after time.Duration, err error) {
 	defer func() {
-		if errors.Is(err, errConsentUnknown) {
+		if errors.Is(err, errNotVouched) {
 			// Nothing was written since current asked; the round, if
-			// any, goes on once the namespaces' watch streams.
-			c.waitForConsent(key)
+			// any, goes on once the watch streams again.
+			c.waitForViews(key)
 			result, after, err = resultWaiting, 0, nil
 		}
 	}()
@@ -782,7 +782,7 @@ func (c *Controller) event(obj object, typ, reason, message string) {
 // roundFailed reports a failed round, but not a stop for losing the lease
 // or for a newer change.
 func (c *Controller) roundFailed(obj object, err error) {
-	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, errConsentUnknown) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, errNotLeader) || errors.Is(err, errSuperseded) || errors.Is(err, errNotVouched) || errors.Is(err, context.Canceled) {
 		return
 	}
 	if _, ok := errors.AsType[*refusal](err); ok {
