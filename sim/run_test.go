@@ -31,6 +31,8 @@ type process struct {
 	done   chan struct{}
 	logs   *testlog.Buffer
 	err    error
+	wiring app.Wiring    // set by the process as it starts
+	ended  time.Duration // when it was killed or exited
 }
 
 // startController starts a controller process, wired as the program is.
@@ -43,7 +45,8 @@ func (w *world) startController() {
 	go func() {
 		defer close(p.done)
 		p.err = app.Run(ctx, app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn})
+			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn,
+			Wired: func(wi app.Wiring) { p.wiring = wi }})
 	}()
 	w.proc, w.procSince = p, w.now()
 	w.procs = append(w.procs, p)
@@ -65,7 +68,8 @@ func (w *world) kill() {
 	p.conn.dead = true
 	w.api.mu.Unlock()
 	p.cancel()
-	w.proc, w.downSince = nil, w.now()
+	w.proc, w.downSince, p.ended = nil, w.now(), w.now()
+	w.addCause(causeDown, "")
 	w.logf("fault: controller %d SIGKILLed", p.gen)
 	w.after(w.between(time.Second, 10*time.Second), "restart", w.startController)
 }
@@ -78,6 +82,7 @@ func (w *world) terminate() {
 		return
 	}
 	p.cancel()
+	w.addCause(causeDown, "")
 	w.logf("fault: controller %d SIGTERMed", p.gen)
 	w.proc = nil
 	w.stopping = p
@@ -97,7 +102,7 @@ func (w *world) reap(restart bool) {
 	w.api.mu.Lock()
 	p.conn.dead = true
 	w.api.mu.Unlock()
-	w.stopping, w.downSince = nil, w.now()
+	w.stopping, w.downSince, p.ended = nil, w.now(), w.now()
 	w.logf("fault: controller %d exited (%v)", p.gen, p.err)
 	if restart {
 		w.after(w.between(500*time.Millisecond, 5*time.Second), "restart", w.startController)
@@ -114,6 +119,7 @@ func (w *world) answer(r *request) {
 	if !watch && w.chance(w.faults.errRate) {
 		code := pick(w, []int{500, 503, 504})
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
+		w.requestCause(r, code, true)
 		w.reply(r, answer{resp: status(code, "InternalError", "sim: fault")})
 		return
 	}
@@ -121,6 +127,12 @@ func (w *world) answer(r *request) {
 	w.serving = r
 	resp := w.api.serve(r)
 	w.serving = nil
+	if resp != nil {
+		w.requestCause(r, resp.StatusCode, lost)
+		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/events") && resp.StatusCode == http.StatusCreated {
+			w.eventPosted(r)
+		}
+	}
 	if lost {
 		w.logf("api: %d %s -> %d, answer lost (fault)", r.conn.gen, r, resp.StatusCode)
 		if r.method == http.MethodDelete || strings.HasSuffix(r.path, "/eviction") {
@@ -260,7 +272,11 @@ func (w *world) run() {
 		})
 	}
 	w.timers = nil
+	w.checkTold()
 }
+
+// eventCauses are the outside events that are causes of told.
+var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnready, "pod deleted": causeUnready, "scale": causeUnready, "SIGKILL": causeDown, "SIGTERM": causeDown, "watch cut": causeWatchCut, "compaction": causeWatchCut, "re-create": causeRecreated}
 
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
@@ -524,6 +540,9 @@ func (w *world) change(d *data) {
 	}
 	w.history[dataKey(d.kind, d.ns, d.name)+"/"+k] = append(w.history[dataKey(d.kind, d.ns, d.name)+"/"+k], cur[k])
 	cur[k] = v
+	if v == badValue {
+		w.addCause(causeBad, "")
+	}
 	w.logf("world: %s %s/%s %s=%s", d.kind, d.ns, d.name, k, v)
 	w.setData(d.kind, d.ns, d.name, cur)
 }
@@ -722,7 +741,13 @@ func (w *world) generate() {
 		x := w.rng.IntN(total)
 		for _, e := range events {
 			if x -= e.weight; x < 0 {
-				w.after(at, e.name, func() { w.logf("event: %s", e.name); e.fn() })
+				w.after(at, e.name, func() {
+					w.logf("event: %s", e.name)
+					if k, ok := eventCauses[e.name]; ok {
+						w.addCause(k, "")
+					}
+					e.fn()
+				})
 				break
 			}
 		}

@@ -155,6 +155,8 @@ type world struct {
 	selChanged       map[string]time.Duration
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+	causes           []cause                  // what may make a controller warn (told)
+	warnings         []warning                // Warning Events the server accepted
 }
 
 // span is an interval of virtual time.
