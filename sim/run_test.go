@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -251,6 +252,7 @@ func (w *world) run() {
 	w.heal()
 	w.loop(w.activeEnd+w.quiet, func() bool { return false })
 	w.checkConverged()
+	w.noteQuiescence()
 	w.ending = true
 	w.terminate()
 	w.loop(w.activeEnd+w.quiet+5*time.Minute, func() bool { return w.stopping == nil })
@@ -276,7 +278,7 @@ func (w *world) run() {
 }
 
 // eventCauses are the outside events that are causes of told.
-var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnready, "pod deleted": causeUnready, "scale": causeUnready, "SIGKILL": causeDown, "SIGTERM": causeDown, "watch cut": causeWatchCut, "compaction": causeWatchCut, "re-create": causeRecreated}
+var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnready, "pod deleted": causeUnready, "scale": causeUnready, "rollout": causeUnready, "SIGKILL": causeDown, "SIGTERM": causeDown, "watch cut": causeWatchCut, "compaction": causeWatchCut, "re-create": causeRecreated}
 
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
@@ -393,7 +395,7 @@ func (w *world) setup() {
 		}
 	}
 	w.timers = nil
-	w.activeEnd = w.between(90*time.Second, 240*time.Second)
+	w.activeEnd = w.between(90*time.Second, 240*time.Second) * time.Duration(max(1, w.length))
 	w.quiet = 4 * time.Minute
 	keys := make([]string, 0, len(w.env))
 	for k := range w.env {
@@ -569,6 +571,22 @@ func (w *world) generate() {
 			rss := slices.DeleteFunc(slices.Clone(w.wls), func(wl *workload) bool { return wl.kind != "ReplicaSet" })
 			wl := pick(w, rss)
 			w.scale(wl, 1+w.rng.IntN(8))
+		}},
+		{3, "rollout", func() {
+			// A Deployment's rollout: a new ReplicaSet takes the old one's
+			// pods, as many, and the old one is scaled to none.
+			rss := slices.DeleteFunc(slices.Clone(w.wls), func(wl *workload) bool { return wl.kind != "ReplicaSet" || wl.replicas == 0 })
+			if len(rss) == 0 {
+				return
+			}
+			old := pick(w, rss)
+			w.uids++
+			nw := &workload{kind: "ReplicaSet", ns: old.ns, name: fmt.Sprintf("%s-%d", old.labels["app"], w.uids), uid: fmt.Sprintf("owner-%d", w.uids),
+				labels: maps.Clone(old.labels), refs: old.refs}
+			w.wls = append(w.wls, nw)
+			w.logf("world: rollout: ReplicaSet %s/%s replaces %s", nw.ns, nw.name, old.name)
+			w.scale(nw, old.replicas)
+			w.scale(old, 0)
 		}},
 		{8, "blip", func() {
 			pods := slices.DeleteFunc(w.alivePods(), func(p *pod) bool { return !p.ready })

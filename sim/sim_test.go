@@ -89,22 +89,31 @@ var knownBugSeeds = map[uint64]string{
 
 // result is what one run left.
 type result struct {
-	seed     uint64
-	checks   checks
-	trace    []string
-	logs     []string
-	requests int
-	virtual  time.Duration
+	seed      uint64
+	checks    checks
+	trace     []string
+	logs      []string
+	requests  int
+	virtual   time.Duration
+	quiescent *quiescence
 }
 
 // simulate runs seed in its own bubble.
-func simulate(t *testing.T, seed uint64) result {
+func simulate(t *testing.T, seed uint64) result { return simulateLength(t, seed, simLength()) }
+
+// simLength is the workload's length, SIM_LENGTH times the usual.
+func simLength() int { return max(1, atoi(os.Getenv("SIM_LENGTH"))) }
+
+// simulateLength runs seed in its own bubble, its workload length times
+// the usual.
+func simulateLength(t *testing.T, seed uint64, length int) result {
 	var res result
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(seed)
 		w.quietGets = true
+		w.length = length
 		w.run()
-		res = result{seed: seed, checks: w.checks, trace: w.trace, virtual: w.now()}
+		res = result{seed: seed, checks: w.checks, trace: w.trace, virtual: w.now(), quiescent: w.quiescent}
 		for _, p := range w.procs {
 			res.logs = append(res.logs, fmt.Sprintf("--- controller %d ---\n%s", p.gen, p.logs.String()))
 		}

@@ -157,6 +157,8 @@ type world struct {
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
 	causes           []cause                  // what may make a controller warn (told)
 	warnings         []warning                // Warning Events the server accepted
+	length           int                      // the workload's length, times the usual
+	quiescent        *quiescence              // what the run left at quiescence (bounded)
 }
 
 // span is an interval of virtual time.
