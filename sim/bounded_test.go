@@ -70,8 +70,10 @@ func unbounded(short, long *quiescence) []string {
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(long.sizes)) {
+		// As large as at 1x plus what it is keyed by grew by, or as large
+		// as what it is keyed by.
 		slack := max(0, long.cluster[keyedBy[k]]-short.cluster[keyedBy[k]])
-		if long.sizes[k] > short.sizes[k]+slack {
+		if long.sizes[k] > max(short.sizes[k]+slack, long.cluster[keyedBy[k]]) {
 			out = append(out, fmt.Sprintf("%s: %d at 1x, %d at 10x (what it is keyed by grew by %d)", k, short.sizes[k], long.sizes[k], slack))
 		}
 	}
