@@ -25,11 +25,12 @@ type quiescence struct {
 }
 
 // keyedBy names what each table of policy.Controller.Sizes holds one entry
-// per (a table it lacks is held to its size at 1x).
+// per (a table it lacks is held to its size at 1x: the owners' caches hold
+// the owners of rounds in progress, which the cluster does not show).
 var keyedBy = map[string]string{
 	"entries": "objects", "states": "objects", "annotated": "namespaces", "tombstones": "objects", "retries": "objects",
 	"queue": "objects", "halted": "objects", "storms": "objects", "scopes": "namespaces", "budgets": "namespaces",
-	"markers": "namespaces", "in flight": "pods", "owner scales": "owners", "owner rounds": "objects",
+	"markers": "namespaces", "in flight": "pods", "owner rounds": "objects",
 }
 
 // noteQuiescence reads the running controller's tables and the goroutines.
