@@ -28,9 +28,12 @@ type quiescence struct {
 // per (a table it lacks is held to its size at 1x: the owners' caches hold
 // the owners of rounds in progress, which the cluster does not show).
 var keyedBy = map[string]string{
-	"entries": "objects", "states": "objects", "annotated": "namespaces", "tombstones": "objects", "retries": "objects",
+	"entries": "objects", "states": "objects", "annotated": "namespaces", "retries": "objects",
 	"queue": "objects", "halted": "objects", "storms": "objects", "scopes": "namespaces", "budgets": "namespaces",
 	"markers": "namespaces", "in flight": "pods", "owner rounds": "objects",
+	// One per deletion, a name deleted twice twice, up to maxTombstones
+	// (policy/observe.go).
+	"tombstones": "deletions",
 }
 
 // noteQuiescence reads the running controller's tables and the goroutines.
@@ -55,6 +58,7 @@ func (w *world) clusterSize() map[string]int {
 			n[k.res]++
 		}
 	}
+	n["deletions"] = w.deletedObjects
 	for _, wl := range w.wls {
 		if len(wl.live()) > 0 {
 			n["owners"]++

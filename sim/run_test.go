@@ -675,6 +675,7 @@ func (w *world) generate() {
 			}
 			w.selChanged[d.ns] = w.now()
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
+			w.deletedObjects++
 			w.api.remove(k)
 			ann := annotationsOf(o)
 			for a := range ann {

@@ -159,6 +159,7 @@ type world struct {
 	warnings         []warning                // Warning Events the server accepted
 	length           int                      // the workload's length, times the usual
 	quiescent        *quiescence              // what the run left at quiescence (bounded)
+	deletedObjects   int                      // data objects the world deleted
 }
 
 // span is an interval of virtual time.
