@@ -60,14 +60,14 @@ var warningCauses = map[string][]string{
 	"ChangeStorm":           {causeStorm},
 	// A Secret created again finds the state ConfigMap of the one before
 	// (the simulated cluster has no garbage collector): not written for it.
-	"WriteRefused": {causeRecreated},
+	"WriteRefused":   {causeRecreated},
+	"StateUntrusted": {causeRecreated},
 	// The workload writes valid selectors and annotations, never touches
 	// the state ConfigMaps, and RBAC and admission refuse nothing.
 	"InvalidAnnotation": nil,
 	"InvalidSelector":   nil,
 	"IntentTooLarge":    nil,
 	"StateRemoved":      nil,
-	"StateUntrusted":    nil,
 }
 
 // failureCauses maps each failure counter (a sample's name, or name and
