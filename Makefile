@@ -59,9 +59,10 @@ vet: ## go vet, e2e files included; actionlint on .github/workflows
 unit: ## unit tests with the race detector, every fuzz target's seed corpus included (about 1 min)
 	$(GO) test -race ./...
 
-sim: ## the simulator (sim/, CONTRIBUTING.md): SEED=n replays one seed, printing its trace; else SEEDS=N (or a-b, default 100) seeds with a progress line
-	@if [ -n "$(SEED)" ]; then SIM_SEED=$(SEED) $(GO) test -count=1 -v -run 'TestSimulation$$' ./sim; \
-	else SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSimulation$$' ./sim; fi
+sim: ## the simulator (sim/, CONTRIBUTING.md): SEED=n replays one seed, printing its trace; else SEEDS=N (or a-b, default 100) seeds with a progress line; LENGTH=10 runs the workload 10 times as long; BOUNDED=a-b runs those seeds at 1x and 10x (bounded)
+	@if [ -n "$(BOUNDED)" ]; then SIM_BOUNDED=$(BOUNDED) $(GO) test -count=1 -v -timeout 0 -run 'TestSimulationBounded$$' ./sim | grep '^sim:\|seed.*bounded'; \
+	elif [ -n "$(SEED)" ]; then SIM_SEED=$(SEED) SIM_LENGTH=$(LENGTH) $(GO) test -count=1 -v -run 'TestSimulation$$' ./sim; \
+	else SIM_SEEDS=$(SEEDS) SIM_LENGTH=$(LENGTH) $(GO) test -count=1 -timeout 0 -run 'TestSimulation$$' ./sim; fi
 
 compose-check: ## docker-compose.yaml through compose-go, Docker Compose's own loader (hack/compose, a module of its own): both profiles and the checks the schema cannot make; offline
 	cd hack/compose && $(GO) vet ./... && $(GO) test -count=1 ./...

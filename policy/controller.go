@@ -329,3 +329,32 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 			"Seconds from a data change seen to its record (restarted-for) accepted by the API server: the round done.", changeBuckets),
 	}
 }
+
+// Sizes returns how many entries each of the controller's tables holds.
+// It only reads: the simulator checks that they stay bounded by the
+// cluster, not by how long the controller has run.
+func (c *Controller) Sizes() map[string]int {
+	c.mu.Lock()
+	s := map[string]int{"entries": len(c.entries), "states": len(c.states), "annotated": len(c.annotated), "tombstones": len(c.tombstones),
+		"retries": len(c.retries), "scopes": len(c.namespaced[0]) + len(c.namespaced[1]), "budgets": len(c.budgets), "halted": len(c.halted),
+		"storms": len(c.storms), "markers": len(c.markers)}
+	budgets := make([]*namespaceBudget, 0, len(c.budgets))
+	for _, b := range c.budgets {
+		budgets = append(budgets, b)
+	}
+	c.mu.Unlock()
+	inFlight := 0
+	for _, b := range budgets {
+		b.mu.Lock()
+		inFlight += len(b.inFlight)
+		b.mu.Unlock()
+	}
+	s["in flight"] = inFlight
+	c.owners.mu.Lock()
+	s["owner scales"], s["owner discovery"], s["owner rounds"] = len(c.owners.scales), len(c.owners.discovery), len(c.owners.asked)
+	c.owners.mu.Unlock()
+	c.queue.mu.Lock()
+	s["queue"] = len(c.queue.dirty) + len(c.queue.processing) + len(c.queue.timers) + len(c.queue.retrying)
+	c.queue.mu.Unlock()
+	return s
+}

@@ -32,7 +32,12 @@ type checks struct {
 }
 
 func (w *world) violate(invariant, format string, args ...any) {
-	v := violation{invariant: invariant, at: w.now(), detail: fmt.Sprintf(format, args...)}
+	w.violateAt(invariant, w.now(), format, args...)
+}
+
+// violateAt notes a violation found later than it happened.
+func (w *world) violateAt(invariant string, at time.Duration, format string, args ...any) {
+	v := violation{invariant: invariant, at: at, detail: fmt.Sprintf(format, args...)}
 	w.checks.violations = append(w.checks.violations, v)
 	w.logf("VIOLATION %s", v)
 	if invariant == "livelock" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -31,6 +32,8 @@ type process struct {
 	done   chan struct{}
 	logs   *testlog.Buffer
 	err    error
+	wiring app.Wiring    // set by the process as it starts
+	ended  time.Duration // when it was killed or exited
 }
 
 // startController starts a controller process, wired as the program is.
@@ -43,7 +46,8 @@ func (w *world) startController() {
 	go func() {
 		defer close(p.done)
 		p.err = app.Run(ctx, app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn})
+			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn,
+			Wired: func(wi app.Wiring) { p.wiring = wi }})
 	}()
 	w.proc, w.procSince = p, w.now()
 	w.procs = append(w.procs, p)
@@ -65,7 +69,8 @@ func (w *world) kill() {
 	p.conn.dead = true
 	w.api.mu.Unlock()
 	p.cancel()
-	w.proc, w.downSince = nil, w.now()
+	w.proc, w.downSince, p.ended = nil, w.now(), w.now()
+	w.addCause(causeDown, "")
 	w.logf("fault: controller %d SIGKILLed", p.gen)
 	w.after(w.between(time.Second, 10*time.Second), "restart", w.startController)
 }
@@ -78,6 +83,7 @@ func (w *world) terminate() {
 		return
 	}
 	p.cancel()
+	w.addCause(causeDown, "")
 	w.logf("fault: controller %d SIGTERMed", p.gen)
 	w.proc = nil
 	w.stopping = p
@@ -97,7 +103,7 @@ func (w *world) reap(restart bool) {
 	w.api.mu.Lock()
 	p.conn.dead = true
 	w.api.mu.Unlock()
-	w.stopping, w.downSince = nil, w.now()
+	w.stopping, w.downSince, p.ended = nil, w.now(), w.now()
 	w.logf("fault: controller %d exited (%v)", p.gen, p.err)
 	if restart {
 		w.after(w.between(500*time.Millisecond, 5*time.Second), "restart", w.startController)
@@ -114,6 +120,7 @@ func (w *world) answer(r *request) {
 	if !watch && w.chance(w.faults.errRate) {
 		code := pick(w, []int{500, 503, 504})
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
+		w.requestCause(r, code, true)
 		w.reply(r, answer{resp: status(code, "InternalError", "sim: fault")})
 		return
 	}
@@ -121,6 +128,12 @@ func (w *world) answer(r *request) {
 	w.serving = r
 	resp := w.api.serve(r)
 	w.serving = nil
+	if resp != nil {
+		w.requestCause(r, resp.StatusCode, lost)
+		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/events") && resp.StatusCode == http.StatusCreated {
+			w.eventPosted(r)
+		}
+	}
 	if lost {
 		w.logf("api: %d %s -> %d, answer lost (fault)", r.conn.gen, r, resp.StatusCode)
 		if r.method == http.MethodDelete || strings.HasSuffix(r.path, "/eviction") {
@@ -239,6 +252,7 @@ func (w *world) run() {
 	w.heal()
 	w.loop(w.activeEnd+w.quiet, func() bool { return false })
 	w.checkConverged()
+	w.noteQuiescence()
 	w.ending = true
 	w.terminate()
 	w.loop(w.activeEnd+w.quiet+5*time.Minute, func() bool { return w.stopping == nil })
@@ -260,7 +274,11 @@ func (w *world) run() {
 		})
 	}
 	w.timers = nil
+	w.checkTold()
 }
+
+// eventCauses are the outside events that are causes of told.
+var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnready, "pod deleted": causeUnready, "scale": causeUnready, "rollout": causeUnready, "SIGKILL": causeDown, "SIGTERM": causeDown, "watch cut": causeWatchCut, "compaction": causeWatchCut, "re-create": causeRecreated}
 
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
@@ -377,7 +395,7 @@ func (w *world) setup() {
 		}
 	}
 	w.timers = nil
-	w.activeEnd = w.between(90*time.Second, 240*time.Second)
+	w.activeEnd = w.between(90*time.Second, 240*time.Second) * time.Duration(max(1, w.length))
 	w.quiet = 4 * time.Minute
 	keys := make([]string, 0, len(w.env))
 	for k := range w.env {
@@ -524,6 +542,9 @@ func (w *world) change(d *data) {
 	}
 	w.history[dataKey(d.kind, d.ns, d.name)+"/"+k] = append(w.history[dataKey(d.kind, d.ns, d.name)+"/"+k], cur[k])
 	cur[k] = v
+	if v == badValue {
+		w.addCause(causeBad, "")
+	}
 	w.logf("world: %s %s/%s %s=%s", d.kind, d.ns, d.name, k, v)
 	w.setData(d.kind, d.ns, d.name, cur)
 }
@@ -550,6 +571,22 @@ func (w *world) generate() {
 			rss := slices.DeleteFunc(slices.Clone(w.wls), func(wl *workload) bool { return wl.kind != "ReplicaSet" })
 			wl := pick(w, rss)
 			w.scale(wl, 1+w.rng.IntN(8))
+		}},
+		{3, "rollout", func() {
+			// A Deployment's rollout: a new ReplicaSet takes the old one's
+			// pods, as many, and the old one is scaled to none.
+			rss := slices.DeleteFunc(slices.Clone(w.wls), func(wl *workload) bool { return wl.kind != "ReplicaSet" || wl.replicas == 0 })
+			if len(rss) == 0 {
+				return
+			}
+			old := pick(w, rss)
+			w.uids++
+			nw := &workload{kind: "ReplicaSet", ns: old.ns, name: fmt.Sprintf("%s-%d", old.labels["app"], w.uids), uid: fmt.Sprintf("owner-%d", w.uids),
+				labels: maps.Clone(old.labels), refs: old.refs}
+			w.wls = append(w.wls, nw)
+			w.logf("world: rollout: ReplicaSet %s/%s replaces %s", nw.ns, nw.name, old.name)
+			w.scale(nw, old.replicas)
+			w.scale(old, 0)
 		}},
 		{8, "blip", func() {
 			pods := slices.DeleteFunc(w.alivePods(), func(p *pod) bool { return !p.ready })
@@ -639,6 +676,7 @@ func (w *world) generate() {
 			w.selChanged[d.ns] = w.now()
 			deleted := w.now()
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
+			w.deletedObjects++
 			w.api.remove(k)
 			ann := annotationsOf(o)
 			for a := range ann {
@@ -725,7 +763,13 @@ func (w *world) generate() {
 		x := w.rng.IntN(total)
 		for _, e := range events {
 			if x -= e.weight; x < 0 {
-				w.after(at, e.name, func() { w.logf("event: %s", e.name); e.fn() })
+				w.after(at, e.name, func() {
+					w.logf("event: %s", e.name)
+					if k, ok := eventCauses[e.name]; ok {
+						w.addCause(k, "")
+					}
+					e.fn()
+				})
 				break
 			}
 		}

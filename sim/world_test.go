@@ -155,6 +155,11 @@ type world struct {
 	selChanged       map[string]time.Duration
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+	causes           []cause                  // what may make a controller warn (told)
+	warnings         []warning                // Warning Events the server accepted
+	length           int                      // the workload's length, times the usual
+	quiescent        *quiescence              // what the run left at quiescence (bounded)
+	deletedObjects   int                      // data objects the world deleted
 }
 
 // span is an interval of virtual time.

@@ -48,6 +48,18 @@ type Options struct {
 	// network, and no HTTP server is started: a goroutine blocked on a real
 	// socket would keep a synctest bubble's clock from moving (the simulator).
 	Transport http.RoundTripper
+	// Wired, if not nil, is called once the parts are wired with what a
+	// test may read of them while the program runs (the simulator reads
+	// them in its bubble, where no listener serves /metrics).
+	Wired func(Wiring)
+}
+
+// Wiring is what Options.Wired is given: read-only views of the parts.
+type Wiring struct {
+	// Metrics serves what /metrics serves.
+	Metrics http.Handler
+	// Sizes returns the sizes of the controller's tables (policy.Controller.Sizes).
+	Sizes func() map[string]int
 }
 
 // Main runs the program with its arguments until SIGTERM or SIGINT and
@@ -212,6 +224,10 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 		consent.OptedOut = ctrl.ForgetNamespace
+	}
+
+	if o.Wired != nil {
+		o.Wired(Wiring{Metrics: reg, Sizes: ctrl.Sizes})
 	}
 
 	httpAddr := "none"
