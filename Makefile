@@ -4,7 +4,8 @@
 # the race detector (every fuzz target's seed corpus included; no exploration, so the same
 # tree gives the same result), the monitoring component's queries checked against
 # Prometheus's parser and engine (hack/promcheck), the release built twice and its files
-# checked, the compose check, the e2e suite on a real local control plane (built once,
+# checked, the compose check, the Helm chart rendered and compared with the kustomize
+# manifests (hack/helm), the e2e suite on a real local control plane (built once,
 # 15-25 min cold on 2 cores, cached outside the repo; see CONTRIBUTING.md), then the
 # e2e-node suite on a real kubelet (its binaries: 17-40 min cold, cached the same way).
 # `make fuzz` explores every fuzz target for FUZZ_TIME each; it is not in `make test`: run it
@@ -34,7 +35,7 @@ CRANE     ?= crane
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit sim release release-test pin-images fuzz compose-check monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit sim release release-test pin-images fuzz compose-check chart-test monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -67,7 +68,10 @@ sim: ## the simulator (sim/, CONTRIBUTING.md): SEED=n replays one seed, printing
 compose-check: ## docker-compose.yaml through compose-go, Docker Compose's own loader (hack/compose, a module of its own): both profiles and the checks the schema cannot make; offline
 	cd hack/compose && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-test: vet unit image-test monitoring-test release-test compose-check e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, e2e, e2e-node (root; about 15 min warm)
+chart-test: ## charts/config-watcher through Helm 4's Go module (hack/helm, a module of its own): rendered and linted for every variant and bad values, the same objects as kustomize's manifests/
+	cd hack/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+test: vet unit image-test monitoring-test release-test compose-check chart-test e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, chart-test, e2e, e2e-node (root; about 15 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh

@@ -3,7 +3,8 @@
 # built for linux/amd64 and linux/arm64, its images as one OCI index in the forms the
 # loaders take, the install files (install.yaml, install-cluster-wide.yaml and each with
 # Secrets: install-secrets.yaml, install-cluster-wide-secrets.yaml) pinned to the index by
-# digest, an SPDX SBOM and SHA256SUMS. The assembler is hack/image (`image release`).
+# digest, the Helm chart (hack/helm) with the same digest, an SPDX SBOM and SHA256SUMS. The
+# assembler is hack/image (`image release`).
 #
 # Reproducible: the same commit and Go version give byte-identical dist/ on any machine.
 # Every input that could differ is fixed here: GOOS, GOARCH and their feature levels,
@@ -51,5 +52,15 @@ for arch in "${ARCHES[@]}"; do
 done
 "$work/image" release -version "$VERSION" -image "$IMAGE" -source "$SOURCE" -revision "$revision" \
 	-manifests "$repo/manifests" -o "$DIST" "${bins[@]}"
+# The chart names the index by the digest install.yaml names, known once dist/ is written, and
+# the ambassador by the digest make pin-images wrote there, if it ran.
+digest="$(grep -o -m1 "$IMAGE@sha256:[0-9a-f]\{64\}" "$DIST/install.yaml" | cut -d@ -f2)" ||
+	cw_die "no $IMAGE@sha256:… in $DIST/install.yaml"
+ambassador="$(grep -o -m1 'registry.k8s.io/kubectl:[^@" ]*@sha256:[0-9a-f]\{64\}' "$DIST/install.yaml" | cut -d@ -f2)" || true
+(cd "$repo/hack/helm" && go build -trimpath -o "$work/helm" .)
+cw_log "packaging the chart $VERSION"
+"$work/helm" package -version "$VERSION" -image "$IMAGE" -digest "$digest" \
+	-ambassador-digest "$ambassador" -o "$DIST" "$repo/charts/config-watcher" >/dev/null
+"$work/image" sums "$DIST"
 cw_log "wrote $DIST:"
 (cd "$DIST" && ls -l)

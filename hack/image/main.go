@@ -5,7 +5,8 @@
 // `kind load image-archive`, `ctr images import` and `crane push` read. The
 // controller's image holds the static binary and a CA bundle, owned by root and run as
 // 65532:65532, as the Dockerfile's result does. `image release` is what `make release`
-// runs (release.go); `image cabundle FILE` writes the pinned CA bundle (cabundle.go);
+// runs (release.go); `image sums DIST` writes DIST's SHA256SUMS again, after make release
+// added the chart (hack/helm); `image cabundle FILE` writes the pinned CA bundle (cabundle.go);
 // `image pin` is what `make pin-images` runs (pin.go).
 // Timestamps come from SOURCE_DATE_EPOCH (default 0), so the same inputs give the same
 // digest. It lives in its own module so that go-containerregistry and kustomize never
@@ -17,6 +18,7 @@
 //	      -file SRC=DST[:MODE] [-file …] [-port 8080/tcp] [-label K=V] [-env K=V] [-cmd ARG]
 //	image release -version vX.Y.Z -image REPO -revision COMMIT -manifests DIR -o DIST \
 //	      -bin amd64=PATH -bin arm64=PATH
+//	image sums DIST
 //	image cabundle FILE
 //	image pin -repo DIR [-crane PATH]
 package main
@@ -45,6 +47,8 @@ func main() {
 	switch args := os.Args[1:]; {
 	case len(args) > 0 && args[0] == "release":
 		err = runRelease(args[1:])
+	case len(args) == 2 && args[0] == "sums":
+		err = writeSums(args[1])
 	case len(args) > 0 && args[0] == "cabundle":
 		err = writeCABundle(args[1:])
 	case len(args) > 0 && args[0] == "pin":
