@@ -347,6 +347,9 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	r.live = live
 	expected := 0
+	if r.mostSeen == nil {
+		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
+	}
 	for uid, o := range byOwner {
 		seen, before := r.mostSeen[uid]
 		if before {

@@ -392,17 +392,35 @@ func (c *Controller) refresh(r *round, view []livePod, log *slog.Logger) (pendin
 	return pending
 }
 
-// otherRounds returns the rounds in progress of the namespace's other
-// objects; which of them have taken their pods is read under the budget's
-// lock.
+// otherRounds returns the rounds whose budgets a restart of round r must
+// keep: those in progress of the namespace's other objects, taken their
+// pods or not, and, for each other object whose change has no round yet
+// (a controller just started begins one object's round at a time; SETTLE
+// or a storm's gate holds one back), a round as it would begin, which
+// only counts: its pods run old data all the same.
 func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*round
-	for _, e := range c.entries {
-		if o := e.round; o != nil && o != r && e.obj.namespace == namespace {
-			out = append(out, o)
+	for key, e := range c.entries {
+		if e.obj.namespace != namespace || key == r.key || e.round == r {
+			continue
 		}
+		if e.round != nil {
+			out = append(out, e.round)
+			continue
+		}
+		if step := e.decide(c.recordsOnServer()); !e.exists || !e.obj.optedIn() || (step != stepRound && step != stepResume) {
+			continue
+		}
+		sel, err := c.selectionOf(e.obj)
+		if err != nil {
+			continue // refused: it restarts nothing
+		}
+		if !e.i.present() {
+			c.narrow(sel, e.obj, e.rKeys)
+		}
+		out = append(out, &round{key: key, hash: e.obj.hash, sel: sel})
 	}
 	return out
 }
@@ -453,8 +471,8 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 // flight: a halted round whose replacements are not available (frozen)
 // none; else, of those no other round is restarting now, every bare pod
 // and every one that serves nothing (first), then those that need the
-// budget while every round that selects them allows one more unavailable
-// pod. In a dry run, where nothing changes
+// budget while every round that selects them (otherRounds: begun or not)
+// allows one more unavailable pod. In a dry run, where nothing changes
 // between waves, and at 100 %, it takes them all. One that needs the
 // budget is taken only where the owners' scale was read after the view
 // (fresh): else choose takes none and returns stale.
@@ -489,7 +507,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		p := byUID[r.pods[i].uid]
 		rules := []*tally{tallies[r]}
 		for _, o := range others {
-			if !o.listed || !o.sel.selects(p) {
+			if !o.sel.selects(p) {
 				continue
 			}
 			if tallies[o] == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -483,4 +484,40 @@ func listAnswered(t *testing.T, body []byte, check func(r *http.Request)) ([]liv
 	sel, err := selector.Parse("app=webapp")
 	require.NoError(t, err)
 	return c.listWhole(t.Context(), "default", &selection{labels: sel})
+}
+
+// TestRoundKeepsTheBudgetOfAChangeWhoseRoundHasNotBegun ensures a restart
+// keeps the budget of another object whose change is known and whose round
+// has not begun yet (one worker, busy with this round: a controller just
+// started begins one round at a time), not only of those begun: tier=web's
+// pods, two of six not Ready, allow no Ready one to go, though app=webapp's
+// four Ready ones would allow one (simulator seed 147).
+func TestRoundKeepsTheBudgetOfAChangeWhoseRoundHasNotBegun(t *testing.T) {
+	pods := podsOf("RRRRNN")
+	for i, p := range pods {
+		p.labels["tier"] = "web"
+		if i >= 4 {
+			p.name, p.owner = fmt.Sprintf("x-%d", i+1), "x-rs"
+			delete(p.labels, "app")
+		}
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceDeleted(func() bool { return false })
+	listing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") {
+			once.Do(func() { close(listing); <-release })
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 100 * time.Millisecond})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	<-listing // a's first wave reads the pods
+	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2})
+	close(release)
+	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"x-5", "x-6"}, api.deletedPods(), "b's pods that serve nothing, outside the budget; no Ready one")
+	assert.Equal(t, 4, api.readyCount(webapp))
 }

@@ -28,20 +28,18 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 // what the generator draws (a new kind of event) moves every seed: the list
 // is then made again from a `make sim SEEDS=1-300` run.
 var knownBugSeeds = map[uint64]string{
-	80:  "budget at 83.3 s: not classified yet",
-	123: "budget at 92.4 s: not classified yet",
-	147: "budget at 123.5 s: not classified yet",
+	147: "prompt at 173 s, 8/10 (re-created): rs2-22, created while cm1 was deleted, runs none of its data; the round resumed when cm1 came back restarts only the pods its intent names",
 	148: "told at 120.3 s (WriteRefused on a Secret's state ConfigMap): not classified yet",
 	164: "prompt at 175 s: not classified yet",
 	179: "told at 66.1 s (StateUntrusted): not classified yet",
 	184: "prompt at 33 s: not classified yet",
-	203: "budget at 110.2 s: not classified yet",
-	220: "converge at 340.8 s: not classified yet",
-	234: "budget at 102 s: not classified yet",
-	239: "budget at 101.1 s: not classified yet",
+	198: "prompt at 222-243 s, 6/12 (main 3/12): not classified yet",
+	203: "prompt at 184-195 s, 1/10 (on main too): not classified yet",
+	252: "prompt at 151-200 s and budget at 122-149 s, 3/12 (main 2/12, budget at 149.3 s): not classified yet",
 	274: "prompt at 56 s: not classified yet",
-	279: "budget at 167.3 s: not classified yet",
-	280: "budget at 75.9 s and told: not classified yet",
+	279: "budget at 167.3 s: cm2's own round restarts 11 of its 14 pods in its first waves (MAX_CONCURRENT_RESTARTS=10, 50%), 6 s after rs2 scaled 2 -> 6; no other object's budget: not classified further",
+	280: "told at 61.7 s (WriteRefused on secret1's state ConfigMap, as 148), then budget at 75.9 s for secret1 while its round retries that write: not classified further",
+	296: "prompt at 180-200 s, 3/12 (main 2 in 25): not classified yet",
 }
 
 // result is what one run left.
