@@ -31,7 +31,7 @@ var knownBugSeeds = map[uint64]string{
 	80:  "budget at 83.3 s: not classified yet",
 	123: "budget at 92.4 s: not classified yet",
 	147: "budget at 123.5 s: not classified yet",
-	164: "prompt at 175 s, 5/5 (estimate: controller 6 resumes cm2's round at 151 s and its owed replacements hold the budget for inFlightFor, 2 min: ds-n3-18, Ready, is restarted at 271 s = 151 + 120 s)",
+	164: "prompt at 175 s, 5/5, and budget at 137.5 s, 1/10 (estimate: controller 6 resumes cm2's intent, whose only pod still shown is ds-n3-18: oweResumed owes the DaemonSet every named pod gone (17, most another owner's), expected 21 of 4, for inFlightFor: ds-n3-18 goes at 271 s = 151 + 120 s; owing nothing where the selection spans owners trades it for a budget break at 151 s, so the intent must tell the gone pods' owners)",
 	184: "prompt at 33 s, 5/5 (watch backoff: 3 cuts in 17 s grow the ConfigMaps watch's backoff to 6.4 s, then 12.8 s after the 410 of its resume; no write while its own watch is down, so the round waits 26-45 s: product window or model, to decide)",
 	203: "budget at 110.2 s: not classified yet",
 	220: "2/10: converge (2 ds pods crash-loop on secret1's bad data for good: healed after its selector was narrowed away from them, nothing restarts them, and they hold cm3's and cm2's budget: the world never restarts a crash-looping container with the current data, as a kubelet would) or budget at 74.7 s",
