@@ -136,8 +136,8 @@ type Controller struct {
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
 	// unlisted are the namespaces whose Secrets were forgotten as they
-	// opted out, and not listed since they opted in again: their state
-	// ConfigMaps' views are kept meanwhile, their Secrets to come.
+	// opted out, and not listed since they opted in again: once opted in,
+	// their state ConfigMaps' views are kept, their Secrets to come.
 	unlisted map[string]bool
 	// viewWaits are the keys that wait for the views their consent and
 	// selection are decided on (waitForViews), queued again when a watch

@@ -291,13 +291,14 @@ func (c *Controller) observeState(obj object, deleted bool) {
 	st.holder = obj.uid
 	c.mu.Lock()
 	c.seq++
-	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed && !c.unlisted[obj.namespace] {
+	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed && (!c.unlisted[obj.namespace] || !c.optedIn(obj.namespace)) {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
 		// In a namespace that opted in again, its Secrets' relist may
 		// come after its ConfigMaps': dropped, the state of a Secret of
-		// ours would be refused as not ours (errForeignState).
+		// ours would be refused as not ours (errForeignState). While it
+		// is opted out, none is kept: the relist at its opt-in shows it.
 		delete(c.states, key)
 		c.mu.Unlock()
 		return
