@@ -310,9 +310,11 @@ func (c *Controller) ignoreNotOptedIn(obj object) {
 
 // ForgetNamespace drops every object of namespace, which opted out: a round
 // in flight there finds its entry gone and stops before its next write.
+// Its Secrets' states are kept until its Secrets are listed again.
 func (c *Controller) ForgetNamespace(namespace string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unlisted[namespace] = true
 	for key, e := range c.entries {
 		if e.obj.namespace == namespace {
 			c.setExists(e, false)

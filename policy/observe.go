@@ -291,10 +291,14 @@ func (c *Controller) observeState(obj object, deleted bool) {
 	st.holder = obj.uid
 	c.mu.Lock()
 	c.seq++
-	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed {
+	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed && (!c.unlisted[obj.namespace] || !c.optedIn(obj.namespace)) {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
+		// In a namespace that opted in again, its Secrets' relist may
+		// come after its ConfigMaps': dropped, the state of a Secret of
+		// ours would be refused as not ours (errForeignState). While it
+		// is opted out, none is kept: the relist at its opt-in shows it.
 		delete(c.states, key)
 		c.mu.Unlock()
 		return
@@ -376,6 +380,11 @@ func (c *Controller) statesListed(s *scope) {
 // state ConfigMaps kept meanwhile (they may come first) whose Secret it did
 // not show as ours are forgotten. c.mu must be held.
 func (c *Controller) forgetStatesOfUnknownSecrets(s *scope) {
+	for ns := range c.unlisted {
+		if s.covers(ns) && c.optedIn(ns) {
+			delete(c.unlisted, ns)
+		}
+	}
 	for key, st := range c.states {
 		if s.covers(st.namespace) && c.entries[key] == nil {
 			delete(c.states, key)

@@ -203,11 +203,15 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, holder st
 		for k, v := range meta {
 			created[k] = v
 		}
+		// Nothing to remove in a create; the patch that follows a refused
+		// one still removes them (meta's map is left as it is).
+		held := map[string]any{}
 		for a, v := range annotations {
-			if v == nil {
-				delete(annotations, a) // nothing to remove in a create
+			if v != nil {
+				held[a] = v
 			}
 		}
+		created["annotations"] = held
 		body, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": created})
 		if err != nil {
 			return nil, err

@@ -707,3 +707,73 @@ func TestDeletedStateIsTold(t *testing.T) {
 	assert.Equal(t, []string{"Secret/StateRemoved"}, rec.reasons())
 	assert.Empty(t, api.deletedPods())
 }
+
+// TestSecretStateKeptWhileItsNamespaceOptsInAgain ensures a namespace that
+// opts out and back in, its ConfigMaps relisted before its Secrets, keeps
+// its Secrets' state: the state ConfigMap's view, which came while no
+// Secret of it was known, is not dropped as no Secret's, so the Secret is
+// resumed from it and its next change writes through its uid, not refused
+// as a foreign ConfigMap of the name (simulator seed 148).
+func TestSecretStateKeptWhileItsNamespaceOptsInAgain(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
+	rec := &fakeRecorder{}
+	consent, reported := newConsent(t, map[string]map[string]string{"ns": optedIn})
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, Namespaces: consent, MaxUnavailable: Budget{Percent: 100}})
+	consent.OptedOut = c.ForgetNamespace
+	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+	api.seedStates([]cmSpec{state})
+	listSecrets(t, c, secret)
+	listConfigMaps(t, c, state)
+	start(t, c)
+	settle(t, c)
+	require.Empty(t, api.requests)
+
+	consent.Handle(namespaceEvent(t, watch.Modified, "ns", nil))
+	consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn))
+	in, _ := reported()
+	require.Equal(t, []string{"ns"}, in, "the watches are asked to relist")
+	listConfigMaps(t, c, state)
+	listSecrets(t, c, secret)
+	settle(t, c)
+	secret.data = s2
+	handleSecret(t, c, watch.Modified, secret)
+	settle(t, c)
+	assert.NotContains(t, rec.reasons(), "Secret/WriteRefused")
+	assert.Empty(t, api.seen(http.MethodPost, "configmaps"), "its state ConfigMap is known ours: never created again")
+	assert.Len(t, api.deletedPods(), 3, "the change after the opt-in is acted on")
+}
+
+// TestSecretStateWriteAfterARefusedCreateRemovesWhatItDoesNotHold ensures
+// the patch that follows a create refused as the state ConfigMap exists
+// (another term's, its view came meanwhile) removes the annotations the
+// state written does not hold: kept, another term's intent would stand
+// beside a MAC made without it, and the state read back would be untrusted
+// (simulator seed 179).
+func TestSecretStateWriteAfterARefusedCreateRemovesWhatItDoesNotHold(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey})
+	var refused atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPost && strings.HasSuffix(r.path, "/configmaps") && refused.CompareAndSwap(false, true) {
+			// Another term's state, a round in progress in it.
+			handle(t, c, watch.Added, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s2), secretHashOf(t, s1)+"/uid-1"))
+		}
+		return 0, "", false
+	}
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
+	listConfigMaps(t, c)
+	start(t, c)
+	settle(t, c)
+	require.True(t, refused.Load(), "the adoption's record tried to create the state ConfigMap")
+	patches := api.seen(http.MethodPatch, "configmaps")
+	require.NotEmpty(t, patches, "written through the uid its view showed")
+	var body struct {
+		Metadata struct{ Annotations map[string]*string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(patches[0].body), &body))
+	require.Contains(t, body.Metadata.Annotations, RestartingAnnotation, "the other term's intent is removed")
+	assert.Nil(t, body.Metadata.Annotations[RestartingAnnotation])
+}
