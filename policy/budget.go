@@ -295,17 +295,11 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	byOwner := map[string]*ownerCount{}
 	available := 0
-	b.counts++
-	if len(b.inFlight) == 0 || b.firstSeen == nil {
-		b.firstSeen = map[string]seenPod{} // no restart to tell replacements of
-	}
+	b.noteShown(view)
 	for i := range view {
 		p := &view[i]
 		if !p.owned() || !p.live() {
 			continue
-		}
-		if _, ok := b.firstSeen[p.uid]; !ok {
-			b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
 		}
 		o := byOwner[p.owner.uid]
 		if o == nil {
@@ -375,6 +369,24 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
 }
 
+// noteShown numbers a new count and notes, for each owned pod view shows
+// live, the first count that showed it (owed). With no restart in flight
+// there is no replacement to tell, and the notes start afresh. b.mu must
+// be held.
+func (b *namespaceBudget) noteShown(view []livePod) {
+	b.counts++
+	if len(b.inFlight) == 0 || b.firstSeen == nil {
+		b.firstSeen = map[string]seenPod{}
+	}
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			if _, ok := b.firstSeen[p.uid]; !ok {
+				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
+			}
+		}
+	}
+}
+
 // owed returns how many pods of owner the namespace's rounds restarted
 // that live (this count's owned live pods) no longer shows, and whose
 // replacements no count has shown yet: a round that begins while they are
@@ -441,17 +453,7 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	if owed <= 0 {
 		return
 	}
-	if len(b.inFlight) == 0 || b.firstSeen == nil {
-		b.firstSeen = map[string]seenPod{}
-	}
-	b.counts++ // the pods shown now are not the replacements still to come
-	for i := range view {
-		if p := &view[i]; p.owned() && p.live() {
-			if _, ok := b.firstSeen[p.uid]; !ok {
-				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
-			}
-		}
-	}
+	b.noteShown(view) // the pods shown now are not the replacements still to come
 	for uid := range r.only {
 		if _, ok := b.inFlight[uid]; !ok && !shown[uid] && owed > 0 {
 			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts}
