@@ -503,6 +503,22 @@ func TestEstimateCountsNoReplacementTwice(t *testing.T) {
 	assert.Equal(t, []string{"web-1", "web-2", "web-3"}, api.removedPods())
 }
 
+// changedInBubble starts, inside a synctest bubble, a controller over
+// api's pods as an index mirrors them (MAX_UNAVAILABLE=budget pods, looks
+// only when woken, no deadline), shows it a data change of the ConfigMap
+// selecting them and waits for its first wave; it returns the index.
+func changedInBubble(t *testing.T, api *fakeAPI, budget int) *podindex.Index {
+	x := mirror(t, api, api.replacement)
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: budget}, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, _ := newTestController(t, memAPI{api}, cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	synctest.Wait()
+	return x
+}
+
 // TestWavesGoOnOnceTheScaleGoesDown ensures a round whose owner is scaled
 // down mid-round (8 Ready pods, MAX_UNAVAILABLE=2, the ReplicaSet scaled
 // to 4 after the first wave, its replacements still starting) restarts
@@ -513,14 +529,7 @@ func TestEstimateCountsNoReplacementTwice(t *testing.T) {
 func TestWavesGoOnOnceTheScaleGoesDown(t *testing.T) {
 	api := newFakeAPI(t, owned("webapp", 8)...) // its server, a socket, outside the bubble
 	synctest.Test(t, func(t *testing.T) {
-		x := mirror(t, api, api.replacement)
-		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour}
-		cfg.Pods = oneIndex{x: x}
-		c, _ := newTestController(t, memAPI{api}, cfg)
-		c.wavePoll = time.Hour
-		start(t, c)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-		synctest.Wait()
+		x := changedInBubble(t, api, 2)
 		first := api.removedPods()
 		require.Len(t, first, 2, "the first wave")
 
@@ -572,14 +581,7 @@ func TestWavesGoOnOnceTheScaleGoesDown(t *testing.T) {
 func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
 	api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
 	synctest.Test(t, func(t *testing.T) {
-		x := mirror(t, api, api.replacement)
-		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-		cfg.Pods = oneIndex{x: x}
-		c, _ := newTestController(t, memAPI{api}, cfg)
-		c.wavePoll = time.Hour
-		start(t, c)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-		synctest.Wait()
+		x := changedInBubble(t, api, 1)
 		require.Equal(t, []string{"webapp-1"}, api.removedPods(), "the first wave")
 		time.Sleep(500 * time.Millisecond)
 		synctest.Wait()
