@@ -77,6 +77,30 @@ type namespaceBudget struct {
 	// answered, made when someone waits (waitAnswers), is closed at the
 	// next answer.
 	answered chan struct{}
+	// listedUpTo is the newest pod revision a LIST of the namespace's
+	// pods showed (viewOf): an index that has not shown that far (its
+	// watch resumed, the events since not in yet) is older than a view a
+	// count already took, and would take back what that LIST showed: a
+	// replacement created meanwhile, counted gone by other hands, lowers
+	// its owner's estimate, and the budget with it.
+	listedUpTo uint64
+}
+
+// noteListed notes the pods a LIST of the namespace showed.
+func (b *namespaceBudget) noteListed(pods []livePod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range pods {
+		b.listedUpTo = max(b.listedUpTo, pods[i].version)
+	}
+}
+
+// indexCaughtUp reports whether an index that has shown every pod event up
+// to shown is at least as new as every LIST taken.
+func (b *namespaceBudget) indexCaughtUp(shown uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return shown >= b.listedUpTo
 }
 
 // deletion is a DELETE sent at moment at (Controller.moment), answered at
@@ -292,6 +316,10 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		// Live pods: selected (terminating ones too), not selected and
 		// not terminating, not terminating, and all of them.
 		selected, unselected, running, counted int
+		// shownNone: the view shows none of its pods, and an earlier
+		// count showed some the round selects (each restarted, its
+		// replacement not created yet): it still wants them.
+		shownNone bool
 	}
 	byOwner := map[string]*ownerCount{}
 	available := 0
@@ -344,6 +372,14 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	if r.mostSeen == nil {
 		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
 	}
+	if r.owners == nil {
+		r.owners = map[string]ownerRef{}
+	}
+	for uid, ref := range r.owners {
+		if byOwner[uid] == nil {
+			byOwner[uid] = &ownerCount{ref: ref, shownNone: true}
+		}
+	}
 	for uid, o := range byOwner {
 		seen, before := r.mostSeen[uid]
 		if before {
@@ -351,9 +387,11 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		} else {
 			r.mostSeen[uid] = o.counted
 		}
-		if o.selected == 0 {
+		if o.selected == 0 && !o.shownNone {
+			delete(r.owners, uid)
 			continue // an owner none of whose pods the round selects
 		}
+		r.owners[uid] = o.ref
 		desired, err := c.owners.desired(uid)
 		if err != nil {
 			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))

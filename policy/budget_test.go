@@ -408,3 +408,25 @@ func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
 	defer api.mu.Unlock()
 	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
 }
+
+// TestOwnerWithEveryPodRestartedStillCounts ensures a round over two
+// owners keeps counting one whose every pod it restarted before any
+// replacement exists: the view shows none of its pods, and counting only
+// the owners it shows, a budget of 2 over 4 pods lets a third go.
+func TestOwnerWithEveryPodRestartedStillCounts(t *testing.T) {
+	pods := podsOf("RRRR")
+	pods[0].owner, pods[0].ownerKind = "web-ds", "DaemonSet" // web-1, alone on its owner
+	api := newFakeAPI(t, pods...)                            // no replacement: the owners are slow
+	_, fewestReady := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.removedPods()) >= 2 }, waitFor, time.Millisecond)
+	waited := m.Reconciles.Value(resultWaiting)
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 2 }, waitFor, time.Millisecond)
+
+	assert.ElementsMatch(t, []string{"web-1", "web-2"}, api.removedPods())
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 2, *fewestReady, "4 expected, a budget of 2")
+}

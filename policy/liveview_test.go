@@ -687,3 +687,34 @@ func TestEstimateKeepsAPodDrainedUntilItIsGone(t *testing.T) {
 	require.Eventually(t, func() bool { return hasReason(rec, "RolloutHalted")() || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
 	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-4 terminating: 3 of 4 expected available, none more may go")
 }
+
+// TestViewNeverGoesBackToAnIndexBehindAList ensures a round's view, once a
+// LIST showed a pod the index has not shown yet (its watch resumed, the
+// events since not in), comes from a LIST until the index has caught up:
+// the index's older view would count that pod gone by other hands.
+func TestViewNeverGoesBackToAnIndexBehindAList(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	x := mirror(t, api, nil)
+	c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	ctx := context.Background()
+	_, from, err := c.viewOf(ctx, "default", &round{})
+	require.NoError(t, err)
+	require.NotNil(t, from, "the index is caught up: its view is taken")
+
+	created := api.addPod("webapp-4", map[string]string{"app": "webapp"}) // not shown by the index yet
+	r := &round{pods: []podRef{{name: created.name, uid: created.uid}}, state: []podState{podPending}}
+	view, from, err := c.viewOf(ctx, "default", r) // the index does not show a pending pod: a LIST
+	require.NoError(t, err)
+	require.Nil(t, from)
+	require.True(t, slices.ContainsFunc(view, func(p livePod) bool { return p.name == "webapp-4" }))
+
+	view, from, err = c.viewOf(ctx, "default", &round{})
+	require.NoError(t, err)
+	assert.Nil(t, from, "the index has not shown what the LIST showed")
+	assert.True(t, slices.ContainsFunc(view, func(p livePod) bool { return p.name == "webapp-4" }))
+
+	x.Handle(podEvent(t, watch.Added, created))
+	_, from, err = c.viewOf(ctx, "default", &round{})
+	require.NoError(t, err)
+	assert.NotNil(t, from, "caught up: the index again")
+}

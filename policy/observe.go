@@ -188,11 +188,16 @@ func (c *Controller) observe(obj object) bool {
 	}
 	reborn := !first && !e.exists && e.obj.uid != obj.uid
 	c.takeView(e, obj)
-	if reborn && !e.i.present() && e.r == e.obj.hash && c.startedWhileGone(e) {
-		// Created again with the data its pods were restarted for, but
-		// a pod that started while it was gone read none of it (or
-		// waited for it: which, nothing tells): the pods are mixed.
+	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash) && c.startedWhileGone(e) {
+		// Created again with the data its pods were restarted for, or
+		// that its interrupted round was restarting them for, but a pod
+		// that started while it was gone read none of it (or waited for
+		// it: which, nothing tells): the pods are mixed, beyond what an
+		// intent names, since the re-creation, which the round's
+		// membership counts from (a pod created after the change was
+		// seen is otherwise taken to run it).
 		e.i = mixedIntent
+		e.seenAt, e.seenFloor, e.mark = 0, 0, nil
 	}
 	c.setExists(e, true)
 	return e.decide(c.recordsOnServer()) != stepNothing

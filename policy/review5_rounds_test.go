@@ -167,3 +167,37 @@ func TestRecreatedWithTheRecordedDataRestartsPodsStartedWhileItWasGone(t *testin
 		})
 	}
 }
+
+// TestRecreatedMidRoundRestartsPodsStartedWhileItWasGone ensures an object
+// deleted while its round restarts pods, and created again with the data
+// of that round, has the pods that started while it was gone restarted
+// too: resuming the intent alone restarts only the pods it names, and
+// takes one created since the change was seen to run the data.
+func TestRecreatedMidRoundRestartsPodsStartedWhileItWasGone(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	var c *Controller
+	var once sync.Once
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
+	x := mirror(t, api, func(fakePod) *fakePod {
+		var started *fakePod
+		once.Do(func() {
+			// The object is deleted while the round's first DELETE is
+			// answered, and a pod starts, its optional reference finding
+			// nothing.
+			handle(t, c, watch.Deleted, cm)
+			p := api.addPodLocked("webapp-4", map[string]string{"app": "webapp"})
+			started = &p
+		})
+		return started
+	})
+	c, _ = newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+	handle(t, c, watch.Modified, cm)
+	require.Eventually(t, func() bool { return len(api.deletedPods()) > 0 }, waitFor, time.Millisecond)
+	settle(t, c)
+	require.NotContains(t, api.deletedPods(), "webapp-4")
+
+	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
+	settle(t, c)
+	assert.Contains(t, api.deletedPods(), "webapp-4", "it runs none of the data")
+}

@@ -55,15 +55,17 @@ type round struct {
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
 	// the namespace budget's lock, which also guards mostSeen, live,
-	// estimate and allowed (other rounds' waves count this one's budget too).
+	// owners, estimate and allowed (other rounds' waves count this one's budget
+	// too).
 	listed   bool
-	only     map[string]bool   // a resumed round's intent: the pods it names (nil: all)
-	mostSeen map[string]int    // by owner uid: the most of its live pods seen (budget.go)
-	live     map[string]string // pod uid → owner uid: the owned live pods of the last count
-	estimate *estimate         // the first owner whose desired replicas could not be read
-	allowed  int               // how many more pods may go unavailable, as last counted
-	progress time.Time         // its latest restart, or its first wave
-	halted   bool              // no restart possible for ProgressDeadline
+	only     map[string]bool     // a resumed round's intent: the pods it names (nil: all)
+	mostSeen map[string]int      // by owner uid: the most of its live pods seen (budget.go)
+	owners   map[string]ownerRef // by uid: the owners of pods it selected at a count (budget.go)
+	live     map[string]string   // pod uid → owner uid: the owned live pods of the last count
+	estimate *estimate           // the first owner whose desired replicas could not be read
+	allowed  int                 // how many more pods may go unavailable, as last counted
+	progress time.Time           // its latest restart, or its first wave
+	halted   bool                // no restart possible for ProgressDeadline
 	// seen is when this process first saw the data of the round (zero for a
 	// resumed round, whose change another process saw); firstRestart is
 	// set once its first restart was accepted. For the histograms.

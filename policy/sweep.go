@@ -158,15 +158,17 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 }
 
 // viewOf returns every pod of namespace: from the index (x) where one
-// watches and shows every pending pod of the round, else from a LIST (x
-// nil). A pending pod the index does not show may be gone, or not shown
-// yet (a round that took it from a LIST while the index relisted, or a
-// sweep that found it): only the server says which, and refresh takes a
-// pod missing from the view for gone. A view whose pods' resourceVersions
-// are not numbers is not the index's: preconditions and bounds could not
-// be compared.
+// watches, has shown as far as every LIST of the namespace's pods (a view
+// never goes back in time) and shows every pending pod of the round, else
+// from a LIST (x nil). A pending pod the index does not show may be gone,
+// or not shown yet (a round that took it from a LIST while the index
+// relisted, or a sweep that found it): only the server says which, and
+// refresh takes a pod missing from the view for gone. A view whose pods'
+// resourceVersions are not numbers is not the index's: preconditions and
+// bounds could not be compared.
 func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, err error) {
-	if x = c.indexFor(namespace); x != nil {
+	b := c.budgetOf(namespace)
+	if x = c.indexFor(namespace); x != nil && b.indexCaughtUp(x.ShownUpTo()) {
 		if recs, ok := x.View(namespace); ok {
 			view = make([]livePod, len(recs))
 			opaque := false
@@ -182,7 +184,9 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 			}
 		}
 	}
-	view, err = c.listNamespace(ctx, namespace)
+	if view, err = c.listNamespace(ctx, namespace); err == nil {
+		b.noteListed(view)
+	}
 	return view, nil, err
 }
 

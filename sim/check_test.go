@@ -346,8 +346,9 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 // checkPrompt, every second: no round waits more than 2 s while a pod it
 // waits for is Ready and every budget that counts it allows its restart.
 // Judged only where the ground truth can tell: objects selecting by labels
-// alone, a controller running for 20 s with no fault meanwhile, no bad data
-// in the namespace, no storm, no SETTLE wait, no change in the last 2 s.
+// alone, a controller running for 20 s with no fault meanwhile, its watches
+// open, no bad data in the namespace, no storm, no SETTLE wait, no change in
+// the last 2 s.
 func (w *world) checkPrompt() {
 	if w.waitSince == nil {
 		w.waitSince = map[string]time.Duration{}
@@ -363,7 +364,7 @@ func (w *world) checkPrompt() {
 		}
 		for _, a := range objs {
 			k := dataKey(a.kind, a.ns, a.name)
-			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second {
+			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second || !w.viewsStream(a) {
 				delete(w.waitSince, k)
 				continue
 			}
@@ -390,6 +391,23 @@ func (w *world) checkPrompt() {
 			}
 		}
 	}
+}
+
+// viewsStream reports whether the running controller has a watch open on
+// a's collection in its namespace and, with consent on, on Namespaces:
+// until it has, a selector narrowed or an opt-out may be on its way, and
+// the controller writes nothing its view decides (docs/design.md), a
+// wait, not a delay. The open streams are the server's ground truth.
+func (w *world) viewsStream(a annotated) bool {
+	open := func(res, ns string) bool {
+		for _, s := range w.api.watches {
+			if s.conn == w.proc.conn && s.c.res == res && (s.c.ns == "" || s.c.ns == ns) && !s.ended() {
+				return true
+			}
+		}
+		return false
+	}
+	return open(a.kind, a.ns) && (!w.consent || open("namespaces", ""))
 }
 
 // budgetAllows reports whether restarting p keeps every object that
