@@ -430,3 +430,35 @@ func TestOwnerWithEveryPodRestartedStillCounts(t *testing.T) {
 	defer api.mu.Unlock()
 	assert.Equal(t, 2, *fewestReady, "4 expected, a budget of 2")
 }
+
+// TestOwnerScaledToZeroMidRoundIsReadAgain ensures a round that still
+// counts an owner none of whose pods it sees (each restarted, or all gone)
+// reads that owner's scale again: scaled to zero meanwhile, it wants none,
+// and its remembered count must not stall the round over the other owner.
+func TestOwnerScaledToZeroMidRoundIsReadAgain(t *testing.T) {
+	pods := podsOf("RRRRR")
+	pods[0].owner, pods[1].owner = "a-rs", "a-rs" // web-1 and web-2; web-3 to web-5 are web-rs's
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	replace := api.afterDelete
+	api.afterDelete = func(p fakePod) {
+		replace(p)
+		if p.name != "web-1" {
+			return
+		}
+		// a-rs is scaled to zero right after its first restart.
+		api.owners["a-rs"].replicas = 0
+		delete(api.pods, "web-1-r")
+		delete(api.pods, "web-2")
+	}
+	most, _ := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-3", "web-4", "web-5"}, api.deletedPods())
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 1, *most)
+}

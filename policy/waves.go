@@ -139,7 +139,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	wg.Go(func() { intentErr = c.ensureIntent(ctx, key, obj, r, log) })
 	var read []ownerRef
 	if !c.cfg.DryRun && !c.cfg.MaxUnavailable.all() {
-		read = c.ownersToRead(r, others, view, pending)
+		read = c.ownersToRead(b, r, others, view, pending)
 		c.owners.refresh(ctx, r, obj.namespace, read, time.Time{})
 	}
 	wg.Wait()
@@ -434,7 +434,7 @@ func needsBudget(p *livePod, minReady time.Duration, now time.Time) bool {
 // ownersToRead returns the owners whose desired replicas this wave needs:
 // none unless a pending pod needs the budget; then those of every pod that
 // r, or another round selecting such a pod, selects.
-func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pending []int) []ownerRef {
+func (c *Controller) ownersToRead(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int) []ownerRef {
 	now := time.Now()
 	byUID := make(map[string]*livePod, len(view))
 	for i := range view {
@@ -463,6 +463,18 @@ func (c *Controller) ownersToRead(r *round, others []*round, view []livePod, pen
 		}
 		seen[p.owner.uid] = true
 		list = append(list, p.owner)
+	}
+	// An owner none of whose pods the view shows, that a round still
+	// counts (round.owners): scaled to zero since, it wants none.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, o := range rounds {
+		for uid, ref := range o.owners {
+			if !seen[uid] {
+				seen[uid] = true
+				list = append(list, ref)
+			}
+		}
 	}
 	return list
 }
