@@ -18,6 +18,31 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO        ?= go
 # -timeout guards against a hang only: the e2e suite takes ~15 min on an idle 2-core machine, more when it is shared.
 E2E_FLAGS ?= -count=1 -v -timeout 45m
+# make e2e-compat: the oldest Kubernetes the README names (CI's cache key reads it: make compat-kube-version),
+# and the e2e suite's core run against it, each test by name: once per change, the interrupted states, waves
+# and the halt, the budget's reads, bystanders, Secrets, references, consent, and the manifests on that server.
+COMPAT_KUBE_VERSION ?= 1.32.9
+E2E_COMPAT_TESTS := TestDataChangeRestartsPods TestMetadataOnlyEditsRestartNothing TestChangeWhileStoppedRestartsOnce \
+	TestSettleThreeObjectsRestartEachPodOnce TestChangesDuringSlowDeletesLeaveTheirReplacements \
+	TestInterruptedKilledThenReverted TestInterruptedRecordFailsThenReverted TestInterruptedToggleNeverReusesARound \
+	TestInterruptedFrozenIndexDeletesNoBystander TestInterruptedFaultsRestartNothingTwice TestFaultSIGKILLMidRound \
+	TestWavesKeepReadyPodsAboveTheFloor TestWavesHaltOnNeverReadyThenFixRestartsThemFirst \
+	TestWavesHaltedRoundGoesOnWhenPodsBecomeReady TestWavesGoOnOnceTheDeploymentScalesDown \
+	TestReplacementsNotReadyAfterTheLastRestart TestBudgetReadsTheOwnersScale TestBudgetSharedByTwoObjectsOverTheSamePods \
+	TestBudgetReadsAnUnknownOwnerKindThroughDiscovery \
+	TestBystanderRelabelledDuringDeleteRetries TestBystanderRelabelledDuringRefusedEvictions \
+	TestBystanderAdmissionPolicyRefusalIsVisibleAndRetried TestBystanderReplaceMidRoundRestartsNoReplacement \
+	TestBystanderStandbyQueueStaysEmpty TestBystanderUIDPreconditionAnswer \
+	TestSecretDataChangeRestartsPodsOnce TestSecretStateEditedByAConfigMapWriterRestartsNothing \
+	TestSecretWithALongNameKeepsItsStateUnderADigestOfTheName TestSecretMetadataOnlyEditsRestartNothing \
+	TestSecretChangeWhileStoppedRestartsOnce TestSecretRewrittenWholeByItsOwnerRestartsOncePerChange \
+	TestSecretsWithoutRBACSayWhichVerbIsMissing TestSecretTLSRotatedTwiceRestartsPerRotation TestSecretDataNeverLeaves \
+	TestSecretRecreatedWhileDownIsAdopted \
+	TestReferencingPodsRestartByKey \
+	TestSecurityConfigMapWriterCannotRestartPodsWithoutConsent TestSecurityNamespaceWithoutOptInIgnored \
+	TestInvalidSelectorsDeleteNothing \
+	TestManifestsPassServerDryRun TestRBACManifestsAreEnough
+space := $() $()
 # make e2e-node: the node tests to run (a go test -run pattern), e.g. E2E_NODE_RUN=TestNodeWaves.
 E2E_NODE_RUN ?= TestNode
 FUZZ_TIME ?= 30s
@@ -35,7 +60,7 @@ CRANE     ?= crane
 # The workflows' linter, pinned; built from the Go module proxy on first use.
 ACTIONLINT ?= $(GO) run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
-.PHONY: help build vet unit sim release release-test pin-images fuzz compose-check chart-test monitoring-test uninstall test e2e soak demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
+.PHONY: help build vet unit sim release release-test pin-images fuzz compose-check chart-test monitoring-test uninstall test e2e soak e2e-compat compat-kube-version demo cluster-up cluster-down cluster-env controlplane record bench bench-waves bench-coalesce bench-start clean image image-test image-e2e release-e2e node e2e-node demo-node
 
 help: ## list the targets, by group
 	@awk 'BEGIN { FS = ":.*## " } /^##@ / { printf "\n%s\n", substr($$0, 5) } /^[a-z0-9-]+:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -103,6 +128,15 @@ release-test: ## make release twice (identical SHA256SUMS?), then the dist/ test
 ##@ heavy (each starts processes on all cores; run one at a time)
 e2e: ## e2e suite on a fresh local control plane, up, test, always down (about 4 min; E2E_FLAGS)
 	bash hack/e2e.sh $(E2E_FLAGS)
+
+# The ambassador and the tests' kubectl are the release's (the default control plane's, which the
+# manifests pin), not the old server's own: what an install from a release runs there.
+e2e-compat: controlplane ## the e2e suite's core (E2E_COMPAT_TESTS) on a fresh control plane at COMPAT_KUBE_VERSION, the oldest tested, with the release's kubectl as the ambassador; not in test (about 10 min; cold: builds that control plane first, 48 min measured on 2 busy cores)
+	PATH="$$(bash hack/build-controlplane.sh --print-bin-dir):$$PATH" CW_SYSTEM_KUBECTL=1 CW_KUBE_VERSION=$(COMPAT_KUBE_VERSION) \
+		bash hack/e2e.sh $(E2E_FLAGS) -run '^($(subst $(space),|,$(strip $(E2E_COMPAT_TESTS))))$$'
+
+compat-kube-version:
+	@echo $(COMPAT_KUBE_VERSION)
 
 e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and runc, in namespaces of their own, installing a release's install.yaml (root; about 4-5 min warm; E2E_NODE_RUN)
 	bash hack/node.sh run go test -tags 'e2e e2enode' $(E2E_FLAGS) -run '$(E2E_NODE_RUN)' ./e2e/

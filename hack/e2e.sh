@@ -25,6 +25,9 @@ trap 'cw_cluster_down $rc e2e' EXIT
 
 "$hack_dir/cluster.sh" up || { rc=$?; exit $rc; }
 eval "$("$hack_dir/cluster.sh" env)"
+# The versions the run tested, as the server and the kubectl of the ambassador and the tests say
+# (make e2e-compat runs an older server than its kubectl).
+"$CW_KUBECTL" --kubeconfig="$KUBECONFIG" version 2>&1 | grep -v '^Kustomize' | sed 's/^/==> /' >&2 || true
 start=$SECONDS
 cw_log "running e2e tests: go test -tags e2e ${flags[*]} ./e2e/..."
 (cd "$repo" && go test -tags e2e "${flags[@]}" ./e2e/...) || rc=$?
