@@ -35,7 +35,7 @@ var knownBugSeeds = map[uint64]string{
 	164: "prompt at 175 s, 5/5, and budget at 137.5 s, 1/10 (estimate: controller 6 resumes cm2's intent, whose only pod still shown is ds-n3-18: oweResumed owes the DaemonSet every named pod gone (17, most another owner's), expected 21 of 4, for inFlightFor: ds-n3-18 goes at 271 s = 151 + 120 s; owing nothing where the selection spans owners trades it for a budget break at 151 s, so the intent must tell the gone pods' owners)",
 	180: "budget, in a 1-300 run on the merged fixes (2/3 standalone on the storm branch: a new controller's first wave restarts a Ready pod): not classified yet",
 	198: "prompt at 222-243 s, 6/12 (main 3/12): not classified yet",
-	203: "prompt at 184-195 s, 1/10 (on main too): not classified yet",
+	203: "prompt at 115-122 s, 2/20, and converge at 421 s, 1/20: not classified yet (its prompt at 184-195 s, oweResumed owing a DaemonSet the ReplicaSet pods it named, is fixed)",
 	220: "2/10: converge (2 ds pods crash-loop on secret1's bad data for good: healed after its selector was narrowed away from them, nothing restarts them, and they hold cm3's and cm2's budget: the world never restarts a crash-looping container with the current data, as a kubelet would) or budget at 74.7 s",
 	252: "prompt at 151-200 s and budget at 122-149 s, 3/12 (main 2/12, budget at 149.3 s): not classified yet",
 	265: "prompt, in a 1-300 run on the merged fixes: not classified yet",
