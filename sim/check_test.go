@@ -411,13 +411,17 @@ func (w *world) viewsStream(a annotated) bool {
 }
 
 // budgetAllows reports whether restarting p keeps every object that
-// selects it and would restart it within MAX_UNAVAILABLE. It counts every
-// object that selects p, by reference too, where the budget check leaves
-// out one whose readers narrow by key: a restart it cannot be sure is
-// allowed is no round's delay.
+// selects it and would restart it, or whose round is owed, within
+// MAX_UNAVAILABLE. It counts every object that selects p, by reference
+// too, where the budget check leaves out one whose readers narrow by key:
+// a restart it cannot be sure is allowed is no round's delay. An object
+// whose round is owed counts even where p runs its data (a replacement of
+// that round): a wave keeps the budget of every round that selects the
+// pod, begun or not yet (docs/design.md, waves), and restarting p would
+// take that round's pods below it.
 func (w *world) budgetAllows(p *pod) bool {
 	for _, a := range w.annotatedObjects(p.ns) {
-		if !w.selects(a, p) || current(a, p) {
+		if !w.selects(a, p) || (current(a, p) && !w.owesRound(a)) {
 			continue
 		}
 		expected, available := w.counts(a, p)
@@ -426,4 +430,15 @@ func (w *world) budgetAllows(p *pod) bool {
 		}
 	}
 	return true
+}
+
+// owesRound reports whether a pod a selects does not run a's data, and no
+// documented window explains it: a's round is in progress or due.
+func (w *world) owesRound(a annotated) bool {
+	for _, q := range w.alivePods() {
+		if w.selects(a, q) && !current(a, q) && w.convergeWindow(a, q) == "" {
+			return true
+		}
+	}
+	return false
 }
