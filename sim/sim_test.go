@@ -32,7 +32,6 @@ var knownBugSeeds = map[uint64]string{
 	129: "converge at 385 s (a rollout's pod rs2-31-23 left off secret1's data of 138.7 s), in two 1-300 runs of six: not classified yet",
 	137: "prompt, once in a 1-300 run: not classified yet",
 	161: "converge, in two 1-300 runs of five: not classified yet",
-	164: "prompt at 175 s, 5/5, and budget at 137.5 s, 1/10 (estimate: controller 6 resumes cm2's intent, whose only pod still shown is ds-n3-18: oweResumed owes the DaemonSet every named pod gone (17, most another owner's), expected 21 of 4, for inFlightFor: ds-n3-18 goes at 271 s = 151 + 120 s; owing nothing where the selection spans owners trades it for a budget break at 151 s, so the intent must tell the gone pods' owners)",
 	180: "budget, in a 1-300 run on the merged fixes (2/3 standalone on the storm branch: a new controller's first wave restarts a Ready pod): not classified yet",
 	198: "prompt at 222-243 s, 6/12 (main 3/12): not classified yet",
 	203: "prompt at 115-122 s, 2/20, and converge at 421 s, 1/20: not classified yet (its prompt at 184-195 s, oweResumed owing a DaemonSet the ReplicaSet pods it named, is fixed)",
