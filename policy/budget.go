@@ -458,11 +458,15 @@ func (b *namespaceBudget) owed(owner string, live map[string]string) int {
 }
 
 // oweResumed notes, for round r that resumed an intent, the pods it names
-// that view does not show, less the selected pods of their owner it does
-// not name (created since the round began: replacements), as restarts of
-// an earlier process's round in flight from now: their replacements may
-// not exist yet (owed). Where the named pods the view shows have not all
-// one owner, theirs is not known, and none is owed. b.mu must be held.
+// that view does not show, less the owned pods it selects and does not
+// name (created since the round began: replacements, of any owner), as
+// restarts of an earlier process's round in flight from now: their
+// replacements may not exist yet (owed). They are owed to the owner of the
+// named pods the view shows, where those have one (else to none: theirs
+// is not known). The intent names no pod's owner: a pod gone whose
+// replacement the view shows under another owner is not one that owner
+// still waits for, and owing it there would hold every round over it for
+// inFlightFor. b.mu must be held.
 func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	owner, shown, since := "", map[string]bool{}, 0
 	for i := range view {
@@ -483,7 +487,7 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 		return
 	}
 	for i := range view {
-		if p := &view[i]; p.live() && p.owner.uid == owner && !r.only[p.uid] && r.sel.selects(p) {
+		if p := &view[i]; p.live() && p.owned() && !r.only[p.uid] && r.sel.selects(p) {
 			since++
 		}
 	}

@@ -409,6 +409,24 @@ func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
 	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
 }
 
+// TestResumedRoundOwesNoPodReplacedUnderAnotherOwner ensures a round that
+// resumes an intent naming a DaemonSet's only pod and a ReplicaSet's pod
+// the earlier process restarted, whose replacement runs, owes the
+// DaemonSet nothing: it restarts the DaemonSet's pod at once (budget 1),
+// not after the 2 minutes a restart counts in flight (simulator seed 203).
+func TestResumedRoundOwesNoPodReplacedUnderAnotherOwner(t *testing.T) {
+	pods := podsOf("RR")
+	pods[0].owner, pods[0].ownerKind = "web-ds", "DaemonSet"
+	pods[1].name, pods[1].uid = "web-2-r", "uid-2-r" // web-2 (uid-2) restarted, its replacement Ready
+	api := newFakeAPI(t, pods...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2"})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+
+	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-2's replacement is the ReplicaSet's: the DaemonSet misses no pod")
+}
+
 // TestOwnerWithEveryPodRestartedStillCounts ensures a round over two
 // owners keeps counting one whose every pod it restarted before any
 // replacement exists: the view shows none of its pods, and counting only

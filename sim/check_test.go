@@ -241,7 +241,7 @@ func (w *world) allowed(expected int) int {
 // controller counts it (owners' desired counts, less their pods a does
 // not select).
 func (w *world) checkBudget(a annotated, p *pod, r *request) {
-	expected, available := w.counts(a, p)
+	expected, available := w.counts(a, p, w.inBudget)
 	if available >= expected-w.allowed(expected) {
 		return
 	}
@@ -252,15 +252,16 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
 }
 
-// counts returns a's expected and available pods were p gone.
-func (w *world) counts(a annotated, p *pod) (expected, available int) {
+// counts returns a's expected and available pods were p gone, a's pods
+// those in says a counts (inBudget, or selects).
+func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool) (expected, available int) {
 	for _, wl := range w.wls {
 		if wl.ns != a.ns || wl.kind == "" {
 			continue // the budget counts owned pods
 		}
 		selected, other := 0, 0
 		for _, q := range wl.live() {
-			if w.inBudget(a, q) {
+			if in(a, q) {
 				selected++
 				if q != p && w.available(q) {
 					available++
@@ -411,19 +412,34 @@ func (w *world) viewsStream(a annotated) bool {
 }
 
 // budgetAllows reports whether restarting p keeps every object that
-// selects it and would restart it within MAX_UNAVAILABLE. It counts every
-// object that selects p, by reference too, where the budget check leaves
-// out one whose readers narrow by key: a restart it cannot be sure is
-// allowed is no round's delay.
+// selects it and would restart it, or whose round is owed, within
+// MAX_UNAVAILABLE. It counts every object that selects p, by reference
+// too, over every pod it selects, where the budget check leaves out one
+// whose readers narrow by key: a restart it cannot be sure is allowed is
+// no round's delay. An object whose round is owed counts even where p
+// runs its data (a replacement of that round): a wave keeps the budget of
+// every round that selects the pod, begun or not yet (docs/design.md,
+// waves), and restarting p would take that round's pods below it.
 func (w *world) budgetAllows(p *pod) bool {
 	for _, a := range w.annotatedObjects(p.ns) {
-		if !w.selects(a, p) || current(a, p) {
+		if !w.selects(a, p) || (current(a, p) && !w.owesRound(a)) {
 			continue
 		}
-		expected, available := w.counts(a, p)
+		expected, available := w.counts(a, p, w.selects)
 		if available < expected-w.allowed(expected) {
 			return false
 		}
 	}
 	return true
+}
+
+// owesRound reports whether a pod a selects does not run a's data, and no
+// documented window explains it: a's round is in progress or due.
+func (w *world) owesRound(a annotated) bool {
+	for _, q := range w.alivePods() {
+		if w.selects(a, q) && !current(a, q) && w.convergeWindow(a, q) == "" {
+			return true
+		}
+	}
+	return false
 }
