@@ -88,18 +88,16 @@ func (s *scope) BeginList() {
 }
 
 // EndList: objects of the scope that the complete list did not show were
-// deleted while we were not watching; tombstones older than the list are
-// forgotten. A list of ConfigMaps tells the state of the scope's Secrets.
+// deleted while we were not watching. Tombstones stay (maxTombstones bounds
+// them): a list that does not show the object says it is still gone, and
+// its re-creation, after a relist as before one, is compared with R. A
+// list of ConfigMaps tells the state of the scope's Secrets.
 func (s *scope) EndList() {
 	c := s.c
 	c.mu.Lock()
 	for key, e := range c.entries {
-		switch {
-		case e.obj.kind != s.kind || e.seen > s.start || !s.covers(e.obj.namespace):
-		case e.exists:
-			c.bury(e) // kept until the next list
-		default:
-			delete(c.entries, key)
+		if e.obj.kind == s.kind && e.seen <= s.start && s.covers(e.obj.namespace) && e.exists {
+			c.entomb(key, e, 0) // its deletion not seen as it happened
 		}
 	}
 	first := !s.listed
@@ -416,8 +414,20 @@ func (c *Controller) forget(key string) {
 	if e == nil || !e.exists {
 		return
 	}
-	c.bury(e)
-	e.goneFloor = c.shownUpTo(e.obj.namespace)
+	c.entomb(key, e, c.shownUpTo(e.obj.namespace))
+}
+
+// entomb makes e, under key, a tombstone whose deletion was seen when the
+// pod index had shown goneFloor (0: not known), ends its round, and
+// forgets the oldest tombstone beyond maxTombstones. c.mu must be held.
+func (c *Controller) entomb(key string, e *entry, goneFloor uint64) {
+	c.setExists(e, false)
+	e.goneFloor = goneFloor
+	e.ended = e.round != nil
+	e.last = nil
+	c.pruneHalted()
+	c.seq++
+	e.seen = c.seq
 	c.tombstones = append(c.tombstones, key)
 	for len(c.tombstones) > maxTombstones {
 		old := c.tombstones[0]
@@ -432,17 +442,6 @@ func (c *Controller) forget(key string) {
 // after this many other deletions is adopted, not acted on. (Generated
 // names, as kustomize makes them, are never re-created.)
 const maxTombstones = 1024
-
-// bury makes e a tombstone and ends its round. c.mu must be held.
-func (c *Controller) bury(e *entry) {
-	c.setExists(e, false)
-	e.goneFloor = 0
-	e.ended = e.round != nil
-	e.last = nil
-	c.pruneHalted()
-	c.seq++
-	e.seen = c.seq
-}
 
 // setExists marks e as existing or deleted and keeps c.annotated. c.mu must
 // be held.
