@@ -324,6 +324,11 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 	if w.adoptedWhileDown[dk] {
 		return "object deleted or created again while no controller ran: adopted"
 	}
+	for _, under := range w.recreatedUnder[dk] {
+		if !w.shownTo[under] {
+			return "object created again before the running controller had seen it: adopted"
+		}
+	}
 	for _, s := range w.outSpans[a.ns] {
 		for _, c := range w.datas[dk].changes {
 			if c >= s.from && c <= s.to {
