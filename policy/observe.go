@@ -298,7 +298,7 @@ func (c *Controller) observeState(obj object, deleted bool) {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
-		// In a namespace that opted in again, its Secrets' relist may
+		// In a namespace that opted in since, its Secrets' relist may
 		// come after its ConfigMaps': dropped, the state of a Secret of
 		// ours would be refused as not ours (errForeignState). While it
 		// is opted out, none is kept: the relist at its opt-in shows it.
