@@ -858,6 +858,16 @@ func (w *world) heal() {
 			w.setData(d.kind, d.ns, d.name, cur)
 		}
 	}
+	for _, p := range w.alivePods() {
+		if p.bad && !w.readsBad(p) {
+			// It crash-loops on bad data of an object that no longer
+			// selects it (a selector edit or a relabel since it
+			// started): no controller's to bring back (readsBad), and
+			// a round it holds would wait for good. Whoever fixed the
+			// data deletes it; its owner creates it again.
+			w.deletePod(p, "crash-looping on data no object selects it for")
+		}
+	}
 	if w.consent {
 		for _, ns := range w.nss {
 			if !w.initialOut[ns] && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true" {
