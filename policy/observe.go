@@ -185,15 +185,18 @@ func (c *Controller) observe(obj object) bool {
 		}
 	}
 	reborn := !first && !e.exists && e.obj.uid != obj.uid
+	gone := e.obj.hash // the data it had when it was deleted
 	c.takeView(e, obj)
-	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash) && c.startedWhileGone(e) {
-		// Created again with the data its pods were restarted for, or
-		// that its interrupted round was restarting them for, but a pod
-		// that started while it was gone read none of it (or waited for
-		// it: which, nothing tells): the pods are mixed, beyond what an
-		// intent names, since the re-creation, which the round's
-		// membership counts from (a pod created after the change was
-		// seen is otherwise taken to run it).
+	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash || gone == e.obj.hash) && c.startedWhileGone(e) {
+		// Created again with the data its pods were restarted for, that
+		// its interrupted round was restarting them for, or that it had
+		// when it was deleted (a change seen, its round not begun: a
+		// storm's gate), but a pod that started while it was gone read
+		// none of it (or waited for it: which, nothing tells): the pods
+		// are mixed, beyond what an intent names, since the re-creation,
+		// which the round's membership counts from (a pod created after
+		// the change was seen is otherwise taken to run it). Other data
+		// is a change seen now, before which such a pod was created.
 		e.i = mixedIntent
 		e.seenAt, e.seenFloor, e.mark = 0, 0, nil
 	}
