@@ -111,6 +111,9 @@ type NamespaceConsent struct {
 	// lock) each time a stream opens: what waited for it may go on.
 	streaming bool
 	vouched   func()
+	// joined, if set, is called (without the lock) before OptedIn: the
+	// controller's own bookkeeping, ready before the relists OptedIn asks.
+	joined func(namespace string)
 }
 
 var (
@@ -160,6 +163,14 @@ func (n *NamespaceConsent) onVouched(f func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.vouched = f
+}
+
+// onJoined has f called each time a namespace opts in after the first
+// list, before OptedIn.
+func (n *NamespaceConsent) onJoined(f func(namespace string)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.joined = f
 }
 
 // firstRefusal reports whether namespace was not refused since it last
@@ -228,6 +239,7 @@ func (n *NamespaceConsent) set(namespace string, in bool) {
 	} else {
 		delete(n.in, namespace)
 	}
+	joined := n.joined
 	n.mu.Unlock()
 	select {
 	case <-n.listed:
@@ -237,6 +249,9 @@ func (n *NamespaceConsent) set(namespace string, in bool) {
 	switch {
 	case in && !was:
 		n.log.Info("namespace opted in", "namespace", namespace)
+		if joined != nil {
+			joined(namespace)
+		}
 		if n.OptedIn != nil {
 			n.OptedIn(namespace)
 		}
@@ -290,6 +305,16 @@ func (c *Controller) vouchedAgain() {
 	clear(c.viewWaits)
 }
 
+// namespaceJoined: namespace opted in after the first list, whether it had
+// opted out meanwhile or never opted in since this controller started; its
+// Secrets were ignored, and its state ConfigMaps' views are kept until its
+// Secrets are listed again (observeState).
+func (c *Controller) namespaceJoined(namespace string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unlisted[namespace] = true
+}
+
 // consentVouched: the Namespaces' watch streams again.
 func (c *Controller) consentVouched() {
 	c.mu.Lock()
@@ -314,7 +339,6 @@ func (c *Controller) ignoreNotOptedIn(obj object) {
 func (c *Controller) ForgetNamespace(namespace string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.unlisted[namespace] = true
 	for key, e := range c.entries {
 		if e.obj.namespace == namespace {
 			c.setExists(e, false)

@@ -135,9 +135,10 @@ type Controller struct {
 	annotated  map[string]int // existing entries per namespace (told to Config.Pods.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	// unlisted are the namespaces whose Secrets were forgotten as they
-	// opted out, and not listed since they opted in again: once opted in,
-	// their state ConfigMaps' views are kept, their Secrets to come.
+	// unlisted are the namespaces that opted in after the first list
+	// (again, or for the first time since the start) whose Secrets were
+	// not listed since: their state ConfigMaps' views are kept, their
+	// Secrets to come.
 	unlisted map[string]bool
 	// viewWaits are the keys that wait for the views their consent and
 	// selection are decided on (waitForViews), queued again when a watch
@@ -228,6 +229,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	}
 	if cfg.Namespaces != nil {
 		cfg.Namespaces.onVouched(c.consentVouched)
+		cfg.Namespaces.onJoined(c.namespaceJoined)
 	}
 	return c
 }

@@ -453,6 +453,39 @@ func TestEndListForgetsDeleted(t *testing.T) {
 	assert.Len(t, api.deletedPods(), 3)
 }
 
+// TestTombstoneOutlivesARelist ensures a deleted ConfigMap stays a tombstone
+// through a relist that does not show it, however its deletion was seen, so
+// that its re-creation with other data is still a change, not adopted.
+func TestTombstoneOutlivesARelist(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delete func(c *Controller)
+	}{
+		{"DeletedEventThenRelist", func(c *Controller) {
+			handle(t, c, watch.Deleted, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
+		}},
+		{"GoneFromTwoLists", func(c *Controller) {
+			c.all[kindConfigMap].BeginList()
+			c.all[kindConfigMap].EndList()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true})
+			start(t, c)
+			c.all[kindConfigMap].BeginList()
+			handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
+			c.all[kindConfigMap].EndList()
+			tc.delete(c)
+			c.all[kindConfigMap].BeginList() // a 410: the watch relists
+			c.all[kindConfigMap].EndList()
+			handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
+			settle(t, c)
+			assert.Len(t, api.deletedPods(), 3)
+		})
+	}
+}
+
 // TestShutdownLetsInFlightRoundFinish ensures stopping lets a deletion in
 // flight complete within the grace period and starts no new round.
 func TestShutdownLetsInFlightRoundFinish(t *testing.T) {

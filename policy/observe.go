@@ -88,18 +88,16 @@ func (s *scope) BeginList() {
 }
 
 // EndList: objects of the scope that the complete list did not show were
-// deleted while we were not watching; tombstones older than the list are
-// forgotten. A list of ConfigMaps tells the state of the scope's Secrets.
+// deleted while we were not watching. Tombstones stay (maxTombstones bounds
+// them): a list that does not show the object says it is still gone, and
+// its re-creation, after a relist as before one, is compared with R. A
+// list of ConfigMaps tells the state of the scope's Secrets.
 func (s *scope) EndList() {
 	c := s.c
 	c.mu.Lock()
 	for key, e := range c.entries {
-		switch {
-		case e.obj.kind != s.kind || e.seen > s.start || !s.covers(e.obj.namespace):
-		case e.exists:
-			c.bury(e) // kept until the next list
-		default:
-			delete(c.entries, key)
+		if e.obj.kind == s.kind && e.seen <= s.start && s.covers(e.obj.namespace) && e.exists {
+			c.entomb(key, e, 0) // its deletion not seen as it happened
 		}
 	}
 	first := !s.listed
@@ -187,15 +185,18 @@ func (c *Controller) observe(obj object) bool {
 		}
 	}
 	reborn := !first && !e.exists && e.obj.uid != obj.uid
+	gone := e.obj.hash // the data it had when it was deleted
 	c.takeView(e, obj)
-	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash) && c.startedWhileGone(e) {
-		// Created again with the data its pods were restarted for, or
-		// that its interrupted round was restarting them for, but a pod
-		// that started while it was gone read none of it (or waited for
-		// it: which, nothing tells): the pods are mixed, beyond what an
-		// intent names, since the re-creation, which the round's
-		// membership counts from (a pod created after the change was
-		// seen is otherwise taken to run it).
+	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash || gone == e.obj.hash) && c.startedWhileGone(e) {
+		// Created again with the data its pods were restarted for, that
+		// its interrupted round was restarting them for, or that it had
+		// when it was deleted (a change seen, its round not begun: a
+		// storm's gate), but a pod that started while it was gone read
+		// none of it (or waited for it: which, nothing tells): the pods
+		// are mixed, beyond what an intent names, since the re-creation,
+		// which the round's membership counts from (a pod created after
+		// the change was seen is otherwise taken to run it). Other data
+		// is a change seen now, before which such a pod was created.
 		e.i = mixedIntent
 		e.seenAt, e.seenFloor, e.mark = 0, 0, nil
 	}
@@ -300,7 +301,7 @@ func (c *Controller) observeState(obj object, deleted bool) {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
-		// In a namespace that opted in again, its Secrets' relist may
+		// In a namespace that opted in since, its Secrets' relist may
 		// come after its ConfigMaps': dropped, the state of a Secret of
 		// ours would be refused as not ours (errForeignState). While it
 		// is opted out, none is kept: the relist at its opt-in shows it.
@@ -416,8 +417,20 @@ func (c *Controller) forget(key string) {
 	if e == nil || !e.exists {
 		return
 	}
-	c.bury(e)
-	e.goneFloor = c.shownUpTo(e.obj.namespace)
+	c.entomb(key, e, c.shownUpTo(e.obj.namespace))
+}
+
+// entomb makes e, under key, a tombstone whose deletion was seen when the
+// pod index had shown goneFloor (0: not known), ends its round, and
+// forgets the oldest tombstone beyond maxTombstones. c.mu must be held.
+func (c *Controller) entomb(key string, e *entry, goneFloor uint64) {
+	c.setExists(e, false)
+	e.goneFloor = goneFloor
+	e.ended = e.round != nil
+	e.last = nil
+	c.pruneHalted()
+	c.seq++
+	e.seen = c.seq
 	c.tombstones = append(c.tombstones, key)
 	for len(c.tombstones) > maxTombstones {
 		old := c.tombstones[0]
@@ -432,17 +445,6 @@ func (c *Controller) forget(key string) {
 // after this many other deletions is adopted, not acted on. (Generated
 // names, as kustomize makes them, are never re-created.)
 const maxTombstones = 1024
-
-// bury makes e a tombstone and ends its round. c.mu must be held.
-func (c *Controller) bury(e *entry) {
-	c.setExists(e, false)
-	e.goneFloor = 0
-	e.ended = e.round != nil
-	e.last = nil
-	c.pruneHalted()
-	c.seq++
-	e.seen = c.seq
-}
 
 // setExists marks e as existing or deleted and keeps c.annotated. c.mu must
 // be held.

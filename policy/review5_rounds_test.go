@@ -168,6 +168,32 @@ func TestRecreatedWithTheRecordedDataRestartsPodsStartedWhileItWasGone(t *testin
 	}
 }
 
+// TestRecreatedWithTheDataOfAChangeNotYetActedOnRestartsPodsStartedWhileItWasGone
+// ensures an object whose change was seen but whose round had not begun
+// (a storm's gate, a busy worker), deleted and created again with that same
+// data, has the pods that started while it was gone restarted: they read
+// none of it, though created after the change was seen.
+func TestRecreatedWithTheDataOfAChangeNotYetActedOnRestartsPodsStartedWhileItWasGone(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	x := mirror(t, api, nil)
+	c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1}
+	handle(t, c, watch.Synced, cm)
+	cm.data = v2 // seen; no worker runs yet
+	handle(t, c, watch.Modified, cm)
+	handle(t, c, watch.Deleted, cm)
+	started := api.addPod("webapp-4", map[string]string{"app": "webapp"}) // its optional reference finds nothing
+	x.Handle(podEvent(t, watch.Added, started))
+	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
+	c.mu.Lock()
+	mixed := c.entries[keyOf(kindConfigMap, "ns", "webapp-config")].i == mixedIntent
+	c.mu.Unlock()
+	assert.True(t, mixed, "the pods are mixed")
+	start(t, c)
+	settle(t, c)
+	assert.Contains(t, api.deletedPods(), "webapp-4", "it runs none of the data")
+}
+
 // TestRecreatedMidRoundRestartsPodsStartedWhileItWasGone ensures an object
 // deleted while its round restarts pods, and created again with the data
 // of that round, has the pods that started while it was gone restarted

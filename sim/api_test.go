@@ -51,6 +51,8 @@ type request struct {
 	ctx    context.Context
 	answer chan answer // buffered: the driver never waits on a client
 	at     time.Duration
+	// shows: the uids of the ConfigMaps and Secrets a LIST's answer holds.
+	shows []string
 }
 
 func (r *request) String() string {
@@ -434,6 +436,12 @@ func (a *api) list(r *request, c key) *http.Response {
 	if items == nil {
 		items = []object{}
 	}
+	if c.res == "configmaps" || c.res == "secrets" {
+		for _, o := range items {
+			uid, _ := meta(o)["uid"].(string)
+			r.shows = append(r.shows, uid)
+		}
+	}
 	return objectResponse(200, object{"kind": "List", "apiVersion": "v1", "metadata": m, "items": items})
 }
 
@@ -612,6 +620,8 @@ type delivery struct {
 	end  error
 	// added: the uid of the pod an ADDED event of a pods watch shows.
 	added string
+	// shows: the uid of the ConfigMap or Secret an event shows.
+	shows string
 }
 
 // push queues one line for the client; the driver delivers it.
@@ -699,8 +709,13 @@ func (s *stream) ended() bool {
 
 func (s *stream) event(typ string, o object) {
 	b, _ := json.Marshal(map[string]any{"type": typ, "object": o})
-	if d := s.push(b); d != nil && typ == "ADDED" && s.c.res == "pods" {
+	d := s.push(b)
+	switch {
+	case d == nil:
+	case typ == "ADDED" && s.c.res == "pods":
 		d.added, _ = meta(o)["uid"].(string)
+	case (typ == "ADDED" || typ == "MODIFIED") && (s.c.res == "configmaps" || s.c.res == "secrets"):
+		d.shows, _ = meta(o)["uid"].(string)
 	}
 }
 

@@ -162,6 +162,11 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 			return "created between a change and the controller seeing it"
 		case p.created >= last && w.troubled(last, p.created):
 			return "created between a change and the controller seeing it, while requests failed"
+		case p.created >= last && w.outAt(a.ns, p.created):
+			// The controller keeps nothing of an opted-out namespace
+			// and sees its objects afresh when it opts in: a pod that
+			// started meanwhile is one it cannot tell from an older one.
+			return "created between a change and the controller seeing it, while its namespace had opted out"
 		case p.created < last:
 			return "data set back: pods mixed, a new round over every pod"
 		}
@@ -180,6 +185,16 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 		return "pod first seen by the index in a list: counted as created before any change"
 	}
 	return ""
+}
+
+// outAt reports whether namespace ns had opted out at time t.
+func (w *world) outAt(ns string, t time.Duration) bool {
+	for _, s := range w.outSpans[ns] {
+		if t >= s.from && t <= s.to {
+			return true
+		}
+	}
+	return false
 }
 
 // storm reports whether a's last change fell in a storm: more than
@@ -324,6 +339,11 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
 	if w.adoptedWhileDown[dk] {
 		return "object deleted or created again while no controller ran: adopted"
+	}
+	for _, under := range w.recreatedUnder[dk] {
+		if !w.shownTo[under] {
+			return "object created again before the running controller had seen it: adopted"
+		}
 	}
 	for _, s := range w.outSpans[a.ns] {
 		for _, c := range w.datas[dk].changes {

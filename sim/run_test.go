@@ -174,11 +174,19 @@ func (w *world) deliver() {
 	w.api.outbox = slices.Delete(w.api.outbox, i, i+1)
 	switch {
 	case d.r != nil:
+		if d.ans.err == nil {
+			for _, uid := range d.r.shows {
+				w.shownTo[fmt.Sprintf("%s/%d", uid, d.r.conn.gen)] = true
+			}
+		}
 		d.r.answer <- d.ans
 	case d.line != nil:
 		d.s.write(d.line)
 		if d.added != "" {
 			w.addedTo[fmt.Sprintf("%s/%d", d.added, d.s.conn.gen)] = true
+		}
+		if d.shows != "" {
+			w.shownTo[fmt.Sprintf("%s/%d", d.shows, d.s.conn.gen)] = true
 		}
 	default:
 		d.s.finish(d.end)
@@ -283,7 +291,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedWhileDown: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
+		adoptedWhileDown: map[string]bool{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -675,6 +683,7 @@ func (w *world) generate() {
 			}
 			w.selChanged[d.ns] = w.now()
 			deleted := w.now()
+			uid, _ := meta(o)["uid"].(string)
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
 			w.deletedObjects++
 			w.api.remove(k)
@@ -699,10 +708,21 @@ func (w *world) generate() {
 				}
 				w.logf("world: %s %s/%s created again (data %v)", d.kind, d.ns, d.name, dd)
 				w.createData(d.kind, d.ns, d.name, ann, dd)
-				if w.proc == nil || w.procSince > deleted {
+				dk := dataKey(d.kind, d.ns, d.name)
+				switch {
+				case w.proc == nil || w.procSince > deleted:
 					// No controller that saw the old object runs: the
 					// one that comes sees the new one first.
-					w.adoptedWhileDown[dataKey(d.kind, d.ns, d.name)] = true
+					w.adoptedWhileDown[dk] = true
+				default:
+					// The controller that runs may not have seen the
+					// old object yet either (its first list not
+					// answered, or its answer lost): then it sees the
+					// new one first, as one started now would
+					// (docs/design.md, re-created ConfigMaps). Its
+					// answers may still be on their way: judged at the
+					// end (convergeWindow).
+					w.recreatedUnder[dk] = append(w.recreatedUnder[dk], fmt.Sprintf("%s/%d", uid, w.proc.gen))
 				}
 			})
 		}},
@@ -836,6 +856,16 @@ func (w *world) heal() {
 			}
 			w.logf("world: %s %s/%s fixed", d.kind, d.ns, d.name)
 			w.setData(d.kind, d.ns, d.name, cur)
+		}
+	}
+	for _, p := range w.alivePods() {
+		if p.bad && !w.readsBad(p) {
+			// It crash-loops on bad data of an object that no longer
+			// selects it (a selector edit or a relabel since it
+			// started): no controller's to bring back (readsBad), and
+			// a round it holds would wait for good. Whoever fixed the
+			// data deletes it; its owner creates it again.
+			w.deletePod(p, "crash-looping on data no object selects it for")
 		}
 	}
 	if w.consent {
