@@ -96,7 +96,7 @@ compose-check: ## docker-compose.yaml through compose-go, Docker Compose's own l
 chart-test: ## charts/config-watcher through Helm 4's Go module (hack/helm, a module of its own): rendered and linted for every variant and bad values, the same objects as kustomize's manifests/
 	cd hack/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-test: vet unit image-test monitoring-test release-test compose-check chart-test e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, chart-test, e2e, e2e-node (root; about 15 min warm)
+test: vet unit image-test monitoring-test release-test compose-check chart-test e2e e2e-node ## everything CI runs: vet, unit, image-test, monitoring-test, release-test, compose-check, chart-test, e2e, e2e-node (root; about 17 min warm)
 
 image: ## bin/images/config-watcher.tar without Docker (docker load, kind load image-archive); seconds
 	bash hack/image/build.sh
@@ -138,7 +138,7 @@ e2e-compat: controlplane ## the e2e suite's core (E2E_COMPAT_TESTS) on a fresh c
 compat-kube-version:
 	@echo $(COMPAT_KUBE_VERSION)
 
-e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and runc, in namespaces of their own, installing a release's install.yaml (root; about 4-5 min warm; E2E_NODE_RUN)
+e2e-node: image-e2e release-e2e ## e2e tests on a real kubelet, containerd and runc, in namespaces of their own, installing a release's install.yaml and its Helm chart (root; about 6-7 min warm, 2 of them the chart's; E2E_NODE_RUN)
 	bash hack/node.sh run go test -tags 'e2e e2enode' $(E2E_FLAGS) -run '$(E2E_NODE_RUN)' ./e2e/
 
 soak: ## 30 min of random edits with proxy restarts; exactly-once and RSS report (not in CI; SOAK_DURATION=seconds)

@@ -402,22 +402,32 @@ func waitReplaced(t *testing.T, ns, selector string, old []nodePod) []nodePod {
 // new pods serve the new message.
 func TestNodeDemoServesTheNewMessage(t *testing.T) {
 	requireNode(t)
-	old := waitReadyPods(t, webappSel, 2)
-	before := getConfigMap(t, nodeNS, "webapp-config")
+	demoServesTheNewMessage(t, nodeNS, nodeSA)
+}
+
+// demoServesTheNewMessage patches the message of the demo in ns, once the controller
+// acting as user has adopted its ConfigMap (a change it saw first would be adopted as it
+// is), and checks that it deleted each old webapp pod once and that the new pods serve
+// the new message.
+func demoServesTheNewMessage(t *testing.T, ns, user string) {
+	t.Helper()
+	waitRestartedFor(t, ns, "webapp-config", "")
+	old := waitReadyPodsIn(t, ns, webappSel, 2)
+	before := getConfigMap(t, ns, "webapp-config")
 	for name, body := range serve(t, old) {
 		assert.Equal(t, before.Data["message"], body, "pod %s before the change", name)
 	}
 
 	message := "message B " + randomSuffix()
-	mergePatch(t, nodeNS, "webapp-config", fmt.Sprintf(`{"data":{"message":%q}}`, message))
+	mergePatch(t, ns, "webapp-config", fmt.Sprintf(`{"data":{"message":%q}}`, message))
 
-	fresh := waitReplaced(t, nodeNS, webappSel, old)
+	fresh := waitReplaced(t, ns, webappSel, old)
 	for name, body := range serve(t, fresh) {
 		assert.Equal(t, message, body, "pod %s after the change", name)
 	}
-	n := deletesByPod(podDeletes(t, nodeNS, nodeSA))
+	n := deletesByPod(podDeletes(t, ns, user))
 	for _, o := range old {
-		assert.Equal(t, 1, n[o.Metadata.Name], "deletions of %s by %s", o.Metadata.Name, nodeSA)
+		assert.Equal(t, 1, n[o.Metadata.Name], "deletions of %s by %s", o.Metadata.Name, user)
 	}
 }
 

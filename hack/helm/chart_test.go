@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,9 +59,9 @@ var variants = []variant{
 }
 
 // TestChartRendersTheKustomizeObjects ensures the chart and kustomize give the same
-// objects for every variant: same kinds, names, namespaces and fields, but for the labels
-// Helm adds to metadata and the order of env, volumes and mounts (strategic merge reorders
-// them; no value refers to another).
+// objects for every variant: same kinds, names, namespaces and fields, the order of every
+// list included (an adoption applying env or volumes in another order would roll the
+// pods), but for the labels Helm adds to metadata.
 func TestChartRendersTheKustomizeObjects(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -113,7 +112,7 @@ func kustomize(t *testing.T, v variant) []byte {
 var helmLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version", "helm.sh/chart"}
 
 // normalize reads a multi-document manifest into objects by kind/namespace/name, each as
-// YAML with Helm's labels removed and env, volumes and volumeMounts sorted by name.
+// YAML with Helm's labels removed.
 func normalize(t *testing.T, manifest []byte) map[string]string {
 	t.Helper()
 	objs := map[string]string{}
@@ -134,7 +133,6 @@ func normalize(t *testing.T, manifest []byte) map[string]string {
 				delete(labels, l)
 			}
 		}
-		sortByName(o)
 		key := fmt.Sprintf("%s/%v/%v", o["kind"], md["namespace"], md["name"])
 		require.NotContains(t, objs, key, "rendered twice")
 		y, err := yaml.Marshal(o)
@@ -142,25 +140,6 @@ func normalize(t *testing.T, manifest []byte) map[string]string {
 		objs[key] = string(y)
 	}
 	return objs
-}
-
-// sortByName sorts, anywhere in o, the lists whose order means nothing here.
-func sortByName(o any) {
-	switch o := o.(type) {
-	case map[string]any:
-		for k, v := range o {
-			if l, ok := v.([]any); ok && (k == "env" || k == "volumes" || k == "volumeMounts") {
-				slices.SortFunc(l, func(a, b any) int {
-					return strings.Compare(fmt.Sprint(a.(map[string]any)["name"]), fmt.Sprint(b.(map[string]any)["name"]))
-				})
-			}
-			sortByName(v)
-		}
-	case []any:
-		for _, v := range o {
-			sortByName(v)
-		}
-	}
 }
 
 func keys(m map[string]string) []string {

@@ -22,42 +22,34 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: helm template|package [flags] CHART")
+		return errors.New("usage: helm template|package [flags] CHART, or helm install|upgrade [flags] NAME CHART")
 	}
 	switch args[0] {
 	case "template":
 		return runTemplate(args[1:])
 	case "package":
 		return runPackage(args[1:])
+	case "install":
+		return runInstall(args[1:])
+	case "upgrade":
+		return runUpgrade(args[1:])
 	}
-	return fmt.Errorf("unknown command %q: want template or package", args[0])
+	return fmt.Errorf("unknown command %q: want template, package, install or upgrade", args[0])
 }
 
 // runTemplate prints the chart's objects and its NOTES as `helm template` would.
 func runTemplate(args []string) error {
 	fs := flag.NewFlagSet("helm template", flag.ContinueOnError)
-	file := fs.String("f", "", "a values file")
-	setJSON := fs.String("set-json", "", "values as a JSON object, over -f")
+	values := addValueFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return errors.New("want one CHART directory")
 	}
-	vals := map[string]any{}
-	if *file != "" {
-		v, err := common.ReadValuesFile(*file)
-		if err != nil {
-			return err
-		}
-		vals = v
-	}
-	if *setJSON != "" {
-		var over map[string]any
-		if err := json.Unmarshal([]byte(*setJSON), &over); err != nil {
-			return fmt.Errorf("-set-json: %w", err)
-		}
-		vals = util.CoalesceTables(over, vals)
+	vals, err := values.read()
+	if err != nil {
+		return err
 	}
 	rel, err := render(fs.Arg(0), vals)
 	if err != nil {
@@ -92,6 +84,38 @@ func runPackage(args []string) error {
 	}
 	fmt.Println(path)
 	return nil
+}
+
+// valueFlags are the values a command takes: a file, then a JSON object over it.
+type valueFlags struct {
+	file, setJSON *string
+}
+
+func addValueFlags(fs *flag.FlagSet) *valueFlags {
+	return &valueFlags{
+		file:    fs.String("f", "", "a values file"),
+		setJSON: fs.String("set-json", "", "values as a JSON object, over -f"),
+	}
+}
+
+// read returns the values given, an empty map for none.
+func (v *valueFlags) read() (map[string]any, error) {
+	vals := map[string]any{}
+	if *v.file != "" {
+		f, err := common.ReadValuesFile(*v.file)
+		if err != nil {
+			return nil, err
+		}
+		vals = f
+	}
+	if *v.setJSON != "" {
+		var over map[string]any
+		if err := json.Unmarshal([]byte(*v.setJSON), &over); err != nil {
+			return nil, fmt.Errorf("-set-json: %w", err)
+		}
+		vals = util.CoalesceTables(over, vals)
+	}
+	return vals, nil
 }
 
 // sourceDateEpoch is the time every file of the archive carries: SOURCE_DATE_EPOCH (the

@@ -30,7 +30,10 @@ controller delete what").
 {{/*
 The controller's environment: each setting of .Values.settings that is not null, as its
 variable (maxUnavailable: MAX_UNAVAILABLE), and the ones the chart wires where left null
-(values.yaml says which). In the variables' alphabetical order: none refers to another.
+(values.yaml says which). The variables of the kustomize install in its order, for the
+variant; then the others in alphabetical order. The order is part of the pod template: a
+chart adopting a kustomize install in another order would roll its pods
+(docs/deployment.md, "Helm chart").
 */}}
 {{- define "config-watcher.env" -}}
 {{- $s := .Values.settings | default dict -}}
@@ -59,12 +62,24 @@ variable (maxUnavailable: MAX_UNAVAILABLE), and the ones the chart wires where l
 {{- if and .Values.secrets.enabled (not (hasKey $values "WATCH_SECRETS")) }}
 {{- $_ := set $values "WATCH_SECRETS" "true" }}
 {{- end }}
-{{- $all := concat (keys $values) (keys $fieldRef) | sortAlpha }}
+{{- $order := list "API_URL" "WATCH_NAMESPACE" }}
+{{- if .Values.clusterWide.enabled }}
+{{- $order = list "WATCH_NAMESPACE" "LEASE_NAMESPACE" "NAMESPACE_SELECTOR" "POD_OPT_IN_LABEL" "API_URL" }}
+{{- end }}
+{{- $order = concat (list "WATCH_SECRETS") $order (list "POD_NAME" "POD_NAMESPACE" "POD_UID" "LEADER_ELECT" "LOG_FORMAT") }}
+{{- $all := list }}
+{{- range $order }}
+{{- if or (hasKey $values .) (hasKey $fieldRef .) }}{{ $all = append $all . }}{{ end }}
+{{- end }}
+{{- range concat (keys $values) (keys $fieldRef) | sortAlpha }}
+{{- if not (has . $order) }}{{ $all = append $all . }}{{ end }}
+{{- end }}
 {{- range $all }}
 - name: {{ . }}
 {{- if hasKey $fieldRef . }}
   valueFrom:
     fieldRef:
+      apiVersion: v1
       fieldPath: {{ index $fieldRef . }}
 {{- else }}
   value: {{ index $values . | quote }}
