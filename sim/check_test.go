@@ -128,11 +128,21 @@ func (w *world) controllerDeletes(r *request, k key) {
 	// A bare pod is restarted outside the budget (docs/design.md, waves).
 	if w.available(p) && p.wl.kind != "" {
 		for _, a := range sel {
-			if w.inBudget(a, p) && !current(a, p) {
+			if w.inBudget(a, p) && !current(a, p) && !w.adoptedAsIs(a) {
 				w.checkBudget(a, p, r)
 			}
 		}
 	}
+}
+
+// adoptedAsIs reports whether a's data is still what it was created with
+// while no controller ran: the next controller adopts it as it is
+// (docs/design.md, Decisions: re-created ConfigMaps), owes its pods no
+// restart for it, and no round of it has a budget to keep, as none has for
+// an object whose pods run its data.
+func (w *world) adoptedAsIs(a annotated) bool {
+	at, ok := w.adoptedWhileDown[dataKey(a.kind, a.ns, a.name)]
+	return ok && at == w.lastChange(a)
 }
 
 func names(as []annotated) string {
@@ -321,7 +331,7 @@ func (w *world) checkConverged() {
 // than a's last, "" if none.
 func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
-	if w.adoptedWhileDown[dk] {
+	if _, ok := w.adoptedWhileDown[dk]; ok {
 		return "object deleted or created again while no controller ran: adopted"
 	}
 	for _, s := range w.outSpans[a.ns] {

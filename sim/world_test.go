@@ -145,8 +145,8 @@ type world struct {
 	history          map[string][]string // kind/ns/name/key -> values it had
 	initialOut       map[string]bool     // namespaces that never opted in
 	outSince         map[string]time.Duration
-	outSpans         map[string][]span // when a namespace was opted out
-	adoptedWhileDown map[string]bool   // objects deleted or created again while no controller ran
+	outSpans         map[string][]span        // when a namespace was opted out
+	adoptedWhileDown map[string]time.Duration // objects deleted or created again while no controller ran: when created
 	procs            []*process
 	gens             int
 	downSince        time.Duration // the controller not running since (-1: running)
