@@ -135,14 +135,21 @@ func (w *world) controllerDeletes(r *request, k key) {
 	}
 }
 
-// adoptedAsIs reports whether a's data is still what it was created with
-// while no controller ran: the next controller adopts it as it is
-// (docs/design.md, Decisions: re-created ConfigMaps), owes its pods no
-// restart for it, and no round of it has a budget to keep, as none has for
-// an object whose pods run its data.
+// adoptedAsIs reports whether a controller adopts a's data as it is now:
+// a was created again while no controller ran (docs/design.md, Decisions:
+// re-created ConfigMaps), or its namespace was out from the start and a
+// last changed before it first opted in (docs/operations.md: a namespace
+// that opts in later has its objects adopted as they are then), and a has
+// not changed since. Its pods are owed no restart for that data, and no
+// round of it has a budget to keep, as none has for an object whose pods
+// run its data.
 func (w *world) adoptedAsIs(a annotated) bool {
-	at, ok := w.adoptedWhileDown[dataKey(a.kind, a.ns, a.name)]
-	return ok && at == w.lastChange(a)
+	last := w.lastChange(a)
+	if at, ok := w.adoptedWhileDown[dataKey(a.kind, a.ns, a.name)]; ok && at == last {
+		return true
+	}
+	spans := w.outSpans[a.ns]
+	return w.initialOut[a.ns] && len(spans) > 0 && last <= spans[0].to
 }
 
 func names(as []annotated) string {
