@@ -17,9 +17,7 @@ import (
 //
 //   - expected: for each controller owner of a selected pod, its desired
 //     replicas (owners.go), or its running pods if more, less its live pods
-//     the selector does not pick; where a read got no answer that tells,
-//     unknown: no pod that needs the budget goes until the next read; where
-//     they cannot be read, the most live
+//     the selector does not pick; where they cannot be read, the most live
 //     pods of that owner seen since the round began: terminating ones
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
@@ -370,7 +368,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 	}
 	r.live = live
-	expected, unanswered := 0, false
+	expected := 0
 	if r.mostSeen == nil {
 		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
 	}
@@ -397,10 +395,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired, err := c.owners.desired(uid)
 		if err != nil {
 			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))
-			switch {
-			case errors.Is(err, errUnanswered):
-				unanswered = true
-			case r.estimate == nil && !errors.Is(err, errNotRead): // none read: no pod needs the budget
+			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
 		}
@@ -409,11 +404,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired = max(desired, o.running)
 		expected += max(desired-o.unselected, 0)
 	}
-	t := &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
-	if unanswered {
-		t.allowed = min(t.allowed, 0) // read again (readAgainAt) before a Ready pod goes
-	}
-	return t
+	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
 }
 
 // noteShown numbers a new count and notes, for each owned pod view shows

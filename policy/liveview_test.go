@@ -610,59 +610,6 @@ func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
 	})
 }
 
-// TestScaleReadWithoutAnAnswerRestartsNoReadyPod ensures a wave whose read
-// of an owner's scale gets no answer that tells (a 500) restarts no Ready
-// pod on an estimate, and reads it again a second later: a ReplicaSet of 4
-// (MAX_UNAVAILABLE=1) scaled to 5, its new pod not created yet, while the
-// first restart's replacement becomes Ready, is 5 expected and 4
-// available, which the estimate from its pods (4) cannot tell (simulator
-// seeds 1683, 1716, 2229).
-func TestScaleReadWithoutAnAnswerRestartsNoReadyPod(t *testing.T) {
-	api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
-	synctest.Test(t, func(t *testing.T) {
-		x := changedInBubble(t, api, 1)
-		require.Equal(t, []string{"webapp-1"}, api.removedPods(), "the first wave")
-		time.Sleep(500 * time.Millisecond)
-		synctest.Wait()
-
-		// Scaled to 5; the replacement becomes Ready, and the wave's read
-		// of the scale is answered 500.
-		var failing atomic.Bool
-		failing.Store(true)
-		api.mu.Lock()
-		api.fault = func(r request) (int, string, bool) {
-			if strings.HasSuffix(r.path, "/scale") && failing.Load() {
-				return 500, `{"kind":"Status","code":500,"reason":"InternalError","message":"etcdserver: request timed out"}`, true
-			}
-			return 0, "", false
-		}
-		api.owners["webapp-rs"].replicas = 5
-		p := api.pods["webapp-1r"]
-		api.revision++
-		p.ready, p.version, p.readySince = true, api.revision, time.Now()
-		x.Handle(podEvent(t, watch.Modified, *p))
-		api.mu.Unlock()
-		synctest.Wait()
-		assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "no answer: no Ready pod goes")
-		reads := len(api.seen(http.MethodGet, "scale"))
-
-		failing.Store(false)
-		time.Sleep(time.Second)
-		synctest.Wait()
-		assert.Greater(t, len(api.seen(http.MethodGet, "scale")), reads, "read again a second later, with no pod event")
-		assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "5 expected, 4 available: no pod may go")
-
-		api.mu.Lock()
-		n := api.addPodLocked("webapp-5", map[string]string{"app": "webapp"})
-		p = api.pods[n.name]
-		p.owner, p.ready, p.readySince = "webapp-rs", true, time.Now()
-		x.Handle(podEvent(t, watch.Added, *p))
-		api.mu.Unlock()
-		synctest.Wait()
-		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
-	})
-}
-
 // memAPI serves the controller's requests from the fake in memory, so that
 // a test runs on synctest's clock: a socket would keep it from moving.
 type memAPI struct{ f *fakeAPI }
