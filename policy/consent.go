@@ -111,9 +111,10 @@ type NamespaceConsent struct {
 	// lock) each time a stream opens: what waited for it may go on.
 	streaming bool
 	vouched   func()
-	// joined, if set, is called (without the lock) before OptedIn: the
-	// controller's own bookkeeping, ready before the relists OptedIn asks.
-	joined func(namespace string)
+	// joining, if set, is called (without the lock) when a namespace opts
+	// in after the first list, before Allows says so: the controller then
+	// waits for its objects to be listed again (Controller.relisting).
+	joining func(namespace string)
 }
 
 var (
@@ -165,12 +166,12 @@ func (n *NamespaceConsent) onVouched(f func()) {
 	n.vouched = f
 }
 
-// onJoined has f called each time a namespace opts in after the first
-// list, before OptedIn.
-func (n *NamespaceConsent) onJoined(f func(namespace string)) {
+// onJoining has f called when a namespace opts in after the first list,
+// before Allows reports it.
+func (n *NamespaceConsent) onJoining(f func(namespace string)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.joined = f
+	n.joining = f
 }
 
 // firstRefusal reports whether namespace was not refused since it last
@@ -233,25 +234,24 @@ func (n *NamespaceConsent) EndList() {
 func (n *NamespaceConsent) set(namespace string, in bool) {
 	n.mu.Lock()
 	_, was := n.in[namespace]
+	if joining := n.joining; in && !was && n.afterFirstList() && joining != nil {
+		n.mu.Unlock()
+		joining(namespace) // set runs on the watch's goroutine alone: was still holds
+		n.mu.Lock()
+	}
 	if in {
 		n.in[namespace] = n.gen
 		delete(n.refused, namespace)
 	} else {
 		delete(n.in, namespace)
 	}
-	joined := n.joined
 	n.mu.Unlock()
-	select {
-	case <-n.listed:
-	default:
+	if !n.afterFirstList() {
 		return // the first list: nothing was judged yet
 	}
 	switch {
 	case in && !was:
 		n.log.Info("namespace opted in", "namespace", namespace)
-		if joined != nil {
-			joined(namespace)
-		}
 		if n.OptedIn != nil {
 			n.OptedIn(namespace)
 		}
@@ -263,6 +263,16 @@ func (n *NamespaceConsent) set(namespace string, in bool) {
 	}
 }
 
+// afterFirstList reports whether the first list has ended.
+func (n *NamespaceConsent) afterFirstList() bool {
+	select {
+	case <-n.listed:
+		return true
+	default:
+		return false
+	}
+}
+
 // optedIn reports whether namespace opted in, as last shown.
 func (c *Controller) optedIn(namespace string) bool {
 	return c.cfg.Namespaces == nil || c.cfg.Namespaces.Allows(namespace)
@@ -271,17 +281,21 @@ func (c *Controller) optedIn(namespace string) bool {
 // errNotVouched: a view that consent or selection is decided on may hide
 // a change, for its watch is cut or relisting: the Namespaces' (an
 // opt-out), or the object's own (a narrowed selector, a removed
-// annotation). The pods' views need no such check: the index is used only
-// while its watch streams, and every restart carries the pod's
-// resourceVersion, which the server checks. Nothing is written until the
-// watch streams again, and what waited is queued again then (vouchedAgain).
-var errNotVouched = errors.New("the namespaces' consent or the object's selection is not known now (their watch is down): waiting for it")
+// annotation); or, in a namespace that opted in again, its objects are not
+// all listed yet (another's change, whose budget a wave keeps). The pods'
+// views need no such check: the index is used only while its watch
+// streams, and every restart carries the pod's resourceVersion, which the
+// server checks. Nothing is written until the watch streams (or lists)
+// again, and what waited is queued again then (vouchedAgain).
+var errNotVouched = errors.New("the namespaces' consent, the object's selection or its namespace's other objects are not known now (their watch is down or relisting): waiting for it")
 
 // vouched reports whether the views obj's consent and selection are decided
 // on are current: the Namespaces' watch (if any) and obj's own watch
-// stream. c.mu must be held.
+// stream; and, in a namespace that opted in again, whether its objects
+// have all been listed since (relisting), so that another's pending change
+// counts in the budget. c.mu must be held.
 func (c *Controller) vouched(obj object) bool {
-	return (c.cfg.Namespaces == nil || c.cfg.Namespaces.Vouches()) && !c.scopeOf(obj.kind, obj.namespace).cut
+	return (c.cfg.Namespaces == nil || c.cfg.Namespaces.Vouches()) && !c.scopeOf(obj.kind, obj.namespace).cut && c.relisting[obj.namespace] == nil
 }
 
 // waitForViews has key queued again once the views its object's consent
@@ -305,16 +319,6 @@ func (c *Controller) vouchedAgain() {
 	clear(c.viewWaits)
 }
 
-// namespaceJoined: namespace opted in after the first list, whether it had
-// opted out meanwhile or never opted in since this controller started; its
-// Secrets were ignored, and its state ConfigMaps' views are kept until its
-// Secrets are listed again (observeState).
-func (c *Controller) namespaceJoined(namespace string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unlisted[namespace] = true
-}
-
 // consentVouched: the Namespaces' watch streams again.
 func (c *Controller) consentVouched() {
 	c.mu.Lock()
@@ -333,12 +337,61 @@ func (c *Controller) ignoreNotOptedIn(obj object) {
 	}
 }
 
+// relist is a namespace's wait, after it opted in again, for its objects
+// to be listed again: by the lists that began at seq from or later, of
+// each watched kind still left.
+type relist struct {
+	from uint64
+	left [2]bool // by kind
+}
+
+// namespaceJoining: namespace opts in again (its objects were forgotten,
+// and are listed again). Until every watched kind has listed it, a round
+// there would decide without another object's change made meanwhile, and
+// without its pods' budget (waves.go, otherRounds).
+func (c *Controller) namespaceJoining(namespace string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++ // lists that begin from here on show what it holds
+	r := &relist{from: c.seq}
+	for k := range r.left {
+		r.left[k] = c.scopeOf(kind(k), namespace).counted
+	}
+	if r.left != [2]bool{} {
+		c.relisting[namespace] = r
+	}
+}
+
+// relisted: scope s has listed; a namespace that waited for it to list
+// since it opted in again no longer does once every kind has, and what
+// waited for it goes on. c.mu must be held.
+func (c *Controller) relisted(s *scope) {
+	for ns, r := range c.relisting {
+		if !s.covers(ns) || s.start < r.from {
+			continue
+		}
+		r.left[s.kind] = false
+		if r.left == [2]bool{} {
+			delete(c.relisting, ns)
+			c.vouchedAgain()
+		}
+	}
+}
+
+// awaitsSecrets reports whether namespace opted in again and its Secrets
+// have not been listed since. c.mu must be held.
+func (c *Controller) awaitsSecrets(namespace string) bool {
+	r := c.relisting[namespace]
+	return r != nil && r.left[kindSecret]
+}
+
 // ForgetNamespace drops every object of namespace, which opted out: a round
 // in flight there finds its entry gone and stops before its next write.
 // Its Secrets' states are kept until its Secrets are listed again.
 func (c *Controller) ForgetNamespace(namespace string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.relisting, namespace)
 	for key, e := range c.entries {
 		if e.obj.namespace == namespace {
 			c.setExists(e, false)

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -247,7 +248,9 @@ func TestNamespaceNotOptedInIgnored(t *testing.T) {
 	consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn))
 	in, _ := reported()
 	require.Equal(t, []string{"ns"}, in, "the watches are asked to relist")
-	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v3}) // the relist: never recorded here
+	configMaps(c).BeginList() // the relist: never recorded here
+	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), data: v3})
+	configMaps(c).EndList()
 	settle(t, c)
 	assert.Empty(t, api.deletedPods(), "data seen before the namespace opted in is adopted, not acted on")
 	assert.Equal(t, []string{hashOf(t, v3)}, api.recordedHashes())
@@ -371,4 +374,41 @@ func TestNoRestartWhileTheObjectsWatchIsDown(t *testing.T) {
 	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond, "woken when the watch streams again")
 	settle(t, c)
 	assert.Equal(t, []string{"db-1"}, api.deletedPods())
+}
+
+// TestRoundWaitsForItsNamespaceToBeListedAgainAfterItOptsIn ensures that in
+// a namespace that opted in again, no round restarts before every object of
+// the namespace has been listed again: another object over the same pods,
+// changed while the namespace was out and listed later, keeps its budget.
+// Here b's pods, two of six not Ready, allow no Ready one to go, though a's
+// four Ready ones alone would allow one (simulator seed 342).
+func TestRoundWaitsForItsNamespaceToBeListedAgainAfterItOptsIn(t *testing.T) {
+	pods := podsOf("RRRRNN")
+	for i, p := range pods {
+		p.labels["tier"] = "web"
+		if i >= 4 {
+			p.name, p.owner = fmt.Sprintf("x-%d", i+1), "x-rs"
+			delete(p.labels, "app")
+		}
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceDeleted(func() bool { return false })
+	consent, _ := newConsent(t, map[string]map[string]string{"ns": optedIn})
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, Namespaces: consent,
+		MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 100 * time.Millisecond})
+	consent.OptedOut = c.ForgetNamespace
+	cms := configMaps(c)
+	start(t, c)
+	consent.Handle(namespaceEvent(t, watch.Modified, "ns", nil))
+	consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn)) // its ConfigMaps are listed again
+	cms.BeginList()
+	cms.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}.json(t), ResourceVersion: "42"})
+	settle(t, c)
+	assert.Empty(t, api.deletedPods(), "a restart before the namespace's other objects were known")
+
+	cms.Handle(watch.Event{Type: watch.Synced, Object: cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2}.json(t), ResourceVersion: "42"})
+	cms.EndList()
+	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond, "both rounds go on once the list has ended")
+	assert.ElementsMatch(t, []string{"x-5", "x-6"}, api.deletedPods(), "b's pods that serve nothing, outside the budget; no Ready one")
+	assert.Equal(t, 4, api.readyCount(webapp))
 }

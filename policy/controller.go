@@ -135,11 +135,12 @@ type Controller struct {
 	annotated  map[string]int // existing entries per namespace (told to Config.Pods.Annotated)
 	tombstones []string       // deleted entries, oldest first, to bound them
 	retries    map[string]backoff.BackOff
-	// unlisted are the namespaces that opted in after the first list
-	// (again, or for the first time since the start) whose Secrets were
-	// not listed since: their state ConfigMaps' views are kept, their
-	// Secrets to come.
-	unlisted map[string]bool
+	// relisting are the namespaces that opted in again (namespaceJoining)
+	// whose objects some watched kind has not listed since: a change of
+	// one of them is not known yet, and no round there decides (vouched);
+	// their state ConfigMaps' views are kept meanwhile, their Secrets to
+	// come.
+	relisting map[string]*relist
 	// viewWaits are the keys that wait for the views their consent and
 	// selection are decided on (waitForViews), queued again when a watch
 	// streams.
@@ -212,7 +213,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 		queue:        newQueue(func(n int) { m.QueueDepth.Set(float64(n)) }),
 		entries:      map[string]*entry{},
 		states:       map[string]*stateSeen{},
-		unlisted:     map[string]bool{},
+		relisting:    map[string]*relist{},
 		namespaced:   [2]map[string]*scope{{}, {}},
 		keyID:        keyID(cfg.DigestKey),
 		annotated:    map[string]int{},
@@ -229,7 +230,7 @@ func New(cfg Config, api API, log *slog.Logger, m *Metrics) *Controller {
 	}
 	if cfg.Namespaces != nil {
 		cfg.Namespaces.onVouched(c.consentVouched)
-		cfg.Namespaces.onJoined(c.namespaceJoined)
+		cfg.Namespaces.onJoining(c.namespaceJoining)
 	}
 	return c
 }

@@ -102,6 +102,7 @@ func (s *scope) EndList() {
 	}
 	first := !s.listed
 	s.listed = true
+	c.relisted(s)
 	if s.kind == kindConfigMap {
 		c.statesListed(s)
 	} else {
@@ -297,7 +298,7 @@ func (c *Controller) observeState(obj object, deleted bool) {
 	st.holder = obj.uid
 	c.mu.Lock()
 	c.seq++
-	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed && (!c.unlisted[obj.namespace] || !c.optedIn(obj.namespace)) {
+	if !deleted && c.entries[key] == nil && c.scopeOf(kindSecret, obj.namespace).listed && (!c.awaitsSecrets(obj.namespace) || !c.optedIn(obj.namespace)) {
 		// No Secret of ours holds this state: kept, it would only cost
 		// memory (anyone who may write ConfigMaps can make one). One
 		// whose Secret gains the selector is adopted, as a ConfigMap is.
@@ -386,11 +387,6 @@ func (c *Controller) statesListed(s *scope) {
 // state ConfigMaps kept meanwhile (they may come first) whose Secret it did
 // not show as ours are forgotten. c.mu must be held.
 func (c *Controller) forgetStatesOfUnknownSecrets(s *scope) {
-	for ns := range c.unlisted {
-		if s.covers(ns) && c.optedIn(ns) {
-			delete(c.unlisted, ns)
-		}
-	}
 	for key, st := range c.states {
 		if s.covers(st.namespace) && c.entries[key] == nil {
 			delete(c.states, key)

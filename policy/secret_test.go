@@ -709,40 +709,58 @@ func TestDeletedStateIsTold(t *testing.T) {
 }
 
 // TestSecretStateKeptWhileItsNamespaceOptsInAgain ensures a namespace that
-// opts out and back in, its ConfigMaps relisted before its Secrets, keeps
+// opts in (back in after an opt-out, or for the first time since the
+// controller started), its ConfigMaps relisted before its Secrets, keeps
 // its Secrets' state: the state ConfigMap's view, which came while no
 // Secret of it was known, is not dropped as no Secret's, so the Secret is
 // resumed from it and its next change writes through its uid, not refused
-// as a foreign ConfigMap of the name (simulator seed 148).
+// as a foreign ConfigMap of the name (simulator seeds 148, 733).
 func TestSecretStateKeptWhileItsNamespaceOptsInAgain(t *testing.T) {
-	api := newFakeAPI(t, webPods()...)
-	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
-	rec := &fakeRecorder{}
-	consent, reported := newConsent(t, map[string]map[string]string{"ns": optedIn})
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, Namespaces: consent, MaxUnavailable: Budget{Percent: 100}})
-	consent.OptedOut = c.ForgetNamespace
-	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
-	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
-	api.seedStates([]cmSpec{state})
-	listSecrets(t, c, secret)
-	listConfigMaps(t, c, state)
-	start(t, c)
-	settle(t, c)
-	require.Empty(t, api.requests)
+	for _, tt := range []struct {
+		name      string
+		atStart   map[string]string // the namespace's labels when the controller starts
+		changedIn bool              // the change comes once it is in; else while it is out
+	}{
+		{name: "out and in again", atStart: optedIn, changedIn: true},
+		{name: "out at the start, in later, changed while out", atStart: nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
+			rec := &fakeRecorder{}
+			consent, reported := newConsent(t, map[string]map[string]string{"ns": tt.atStart})
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, Namespaces: consent, MaxUnavailable: Budget{Percent: 100}})
+			consent.OptedOut = c.ForgetNamespace
+			secret := secretSpec{selector: ptr("app=webapp"), data: s1}
+			state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
+			api.seedStates([]cmSpec{state})
+			listSecrets(t, c, secret)
+			listConfigMaps(t, c, state)
+			start(t, c)
+			settle(t, c)
+			require.Empty(t, api.requests)
 
-	consent.Handle(namespaceEvent(t, watch.Modified, "ns", nil))
-	consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn))
-	in, _ := reported()
-	require.Equal(t, []string{"ns"}, in, "the watches are asked to relist")
-	listConfigMaps(t, c, state)
-	listSecrets(t, c, secret)
-	settle(t, c)
-	secret.data = s2
-	handleSecret(t, c, watch.Modified, secret)
-	settle(t, c)
-	assert.NotContains(t, rec.reasons(), "Secret/WriteRefused")
-	assert.Empty(t, api.seen(http.MethodPost, "configmaps"), "its state ConfigMap is known ours: never created again")
-	assert.Len(t, api.deletedPods(), 3, "the change after the opt-in is acted on")
+			if tt.atStart != nil {
+				consent.Handle(namespaceEvent(t, watch.Modified, "ns", nil))
+			} else {
+				secret.data = s2
+			}
+			consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn))
+			in, _ := reported()
+			require.Equal(t, []string{"ns"}, in, "the watches are asked to relist")
+			listConfigMaps(t, c, state)
+			listSecrets(t, c, secret)
+			settle(t, c)
+			if tt.changedIn {
+				secret.data = s2
+				handleSecret(t, c, watch.Modified, secret)
+				settle(t, c)
+			}
+			assert.NotContains(t, rec.reasons(), "Secret/WriteRefused")
+			assert.Empty(t, api.seen(http.MethodPost, "configmaps"), "its state ConfigMap is known ours: never created again")
+			assert.Len(t, api.deletedPods(), 3, "the change is acted on")
+		})
+	}
 }
 
 // TestSecretStateKeptWhenItsNamespaceOptsInAfterTheStart ensures a

@@ -128,11 +128,28 @@ func (w *world) controllerDeletes(r *request, k key) {
 	// A bare pod is restarted outside the budget (docs/design.md, waves).
 	if w.available(p) && p.wl.kind != "" {
 		for _, a := range sel {
-			if w.inBudget(a, p) && !current(a, p) {
+			if w.inBudget(a, p) && !current(a, p) && !w.adoptedAsIs(a) {
 				w.checkBudget(a, p, r)
 			}
 		}
 	}
+}
+
+// adoptedAsIs reports whether a controller adopts a's data as it is now:
+// a was created again while no controller ran (docs/design.md, Decisions:
+// re-created ConfigMaps), or its namespace was out from the start and a
+// last changed before it first opted in (docs/operations.md: a namespace
+// that opts in later has its objects adopted as they are then), and a has
+// not changed since. Its pods are owed no restart for that data, and no
+// round of it has a budget to keep, as none has for an object whose pods
+// run its data.
+func (w *world) adoptedAsIs(a annotated) bool {
+	last := w.lastChange(a)
+	if at, ok := w.adoptedWhileDown[dataKey(a.kind, a.ns, a.name)]; ok && at == last {
+		return true
+	}
+	spans := w.outSpans[a.ns]
+	return w.initialOut[a.ns] && len(spans) > 0 && last <= spans[0].to
 }
 
 func names(as []annotated) string {
@@ -337,7 +354,7 @@ func (w *world) checkConverged() {
 // than a's last, "" if none.
 func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
-	if w.adoptedWhileDown[dk] {
+	if _, ok := w.adoptedWhileDown[dk]; ok {
 		return "object deleted or created again while no controller ran: adopted"
 	}
 	for _, under := range w.recreatedUnder[dk] {

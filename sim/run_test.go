@@ -291,7 +291,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedWhileDown: map[string]bool{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
+		adoptedWhileDown: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -713,7 +713,7 @@ func (w *world) generate() {
 				case w.proc == nil || w.procSince > deleted:
 					// No controller that saw the old object runs: the
 					// one that comes sees the new one first.
-					w.adoptedWhileDown[dk] = true
+					w.adoptedWhileDown[dk] = w.now()
 				default:
 					// The controller that runs may not have seen the
 					// old object yet either (its first list not

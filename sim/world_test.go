@@ -145,10 +145,10 @@ type world struct {
 	history          map[string][]string // kind/ns/name/key -> values it had
 	initialOut       map[string]bool     // namespaces that never opted in
 	outSince         map[string]time.Duration
-	outSpans         map[string][]span   // when a namespace was opted out
-	adoptedWhileDown map[string]bool     // objects deleted or created again while no controller ran
-	recreatedUnder   map[string][]string // object -> "old uid/controller gen" of each re-creation while that controller ran
-	shownTo          map[string]bool     // "object uid/controller gen": a list or watch of that controller showed the ConfigMap or Secret
+	outSpans         map[string][]span        // when a namespace was opted out
+	adoptedWhileDown map[string]time.Duration // objects deleted or created again while no controller ran: when created
+	recreatedUnder   map[string][]string      // object -> "old uid/controller gen" of each re-creation while that controller ran
+	shownTo          map[string]bool          // "object uid/controller gen": a list or watch of that controller showed the ConfigMap or Secret
 	procs            []*process
 	gens             int
 	downSince        time.Duration // the controller not running since (-1: running)
