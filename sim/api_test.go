@@ -51,6 +51,7 @@ type request struct {
 	ctx    context.Context
 	answer chan answer // buffered: the driver never waits on a client
 	at     time.Duration
+	canon  string // what orders it among those pending; twins' are equal
 }
 
 func (r *request) String() string {
@@ -138,9 +139,10 @@ func (a *api) takePending() []*request {
 	p := a.pending
 	a.pending = nil
 	p = slices.DeleteFunc(p, func(r *request) bool { return r.conn.dead })
-	slices.SortStableFunc(p, func(x, y *request) int {
-		return strings.Compare(fmt.Sprintf("%d %s %s", x.conn.gen, x, x.body), fmt.Sprintf("%d %s %s", y.conn.gen, y, y.body))
-	})
+	for _, r := range p {
+		r.canon = fmt.Sprintf("%d %s %s", r.conn.gen, r, r.body)
+	}
+	slices.SortStableFunc(p, func(x, y *request) int { return strings.Compare(x.canon, y.canon) })
 	return p
 }
 
@@ -612,6 +614,7 @@ type delivery struct {
 	end  error
 	// added: the uid of the pod an ADDED event of a pods watch shows.
 	added string
+	twin  int // answers to twin requests, delivered together (0: none)
 }
 
 // push queues one line for the client; the driver delivers it.
