@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -50,7 +51,7 @@ import (
 // inFlightFor is how long a chosen restart counts as unavailable at most.
 const inFlightFor = 2 * time.Minute
 
-// estimate is the first owner a round could not read the desired replicas
+// estimate is the first owner (by uid) a round could not read the desired replicas
 // of: it says so once (waves.go).
 type estimate struct {
 	owner ownerRef
@@ -380,7 +381,8 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 			byOwner[uid] = &ownerCount{ref: ref, shownNone: true}
 		}
 	}
-	for uid, o := range byOwner {
+	for _, uid := range slices.Sorted(maps.Keys(byOwner)) { // the estimate told is the first's
+		o := byOwner[uid]
 		seen, before := r.mostSeen[uid]
 		if before {
 			r.mostSeen[uid] = max(seen-left[uid], o.running)

@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"sync"
 
 	"github.com/cenkalti/backoff/v4"
@@ -313,9 +315,7 @@ func (c *Controller) waitForViews(key string) {
 // vouchedAgain queues the keys that waited for a view: one streams again,
 // and each asks again. c.mu must be held.
 func (c *Controller) vouchedAgain() {
-	for key := range c.viewWaits {
-		c.queue.Add(key) // lock order: c.mu, then the queue's
-	}
+	c.queue.AddAll(slices.Collect(maps.Keys(c.viewWaits))) // lock order: c.mu, then the queue's
 	clear(c.viewWaits)
 }
 

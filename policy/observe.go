@@ -9,6 +9,7 @@ package policy
 import (
 	"context"
 	"runtime/debug"
+	"slices"
 
 	"github.com/k8spatterns/config-watcher/events"
 	"github.com/k8spatterns/config-watcher/watch"
@@ -376,10 +377,15 @@ func (c *Controller) statesListed(s *scope) {
 			gone[key] = true
 		}
 	}
+	var keys []string
 	for key, e := range c.entries {
 		if e.obj.kind == kindSecret && s.covers(e.obj.namespace) && (!e.obj.stored.known || gone[key]) {
-			c.takeState(key, c.stateOf(key, e.obj.namespace))
+			keys = append(keys, key)
 		}
+	}
+	slices.Sort(keys) // the order they are queued in
+	for _, key := range keys {
+		c.takeState(key, c.stateOf(key, c.entries[key].obj.namespace))
 	}
 }
 

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,13 +23,14 @@ type queue struct {
 	dirty      map[string]bool // waiting, or added while processing
 	processing map[string]bool
 	timers     map[string]*time.Timer // one pending retry or look per key
+	due        map[string]time.Time   // when each timer's key is due
 	retrying   map[string]bool        // the keys whose timer is a retry (the depth counts them)
 	paused     bool
 	onDepth    func(int)
 }
 
 func newQueue(onDepth func(int)) *queue {
-	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, timers: map[string]*time.Timer{}, retrying: map[string]bool{}, paused: true, onDepth: onDepth}
+	q := &queue{dirty: map[string]bool{}, processing: map[string]bool{}, timers: map[string]*time.Timer{}, due: map[string]time.Time{}, retrying: map[string]bool{}, paused: true, onDepth: onDepth}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -35,6 +39,23 @@ func newQueue(onDepth func(int)) *queue {
 func (q *queue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.add(key)
+}
+
+// AddAll queues keys in their sorted order: the keys one event wakes
+// (often ranged from a map) are handed out, and send their requests, in an
+// order that does not change from run to run.
+func (q *queue) AddAll(keys []string) {
+	slices.Sort(keys)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, key := range keys {
+		q.add(key)
+	}
+}
+
+// add is Add with q.mu held.
+func (q *queue) add(key string) {
 	if q.dirty[key] || q.paused {
 		return
 	}
@@ -59,20 +80,43 @@ func (q *queue) AddAfter(key string, d time.Duration, retry bool) {
 	}
 	q.stopTimer(key)
 	var t *time.Timer
+	q.due[key] = time.Now().Add(d)
 	t = time.AfterFunc(d, func() {
 		q.mu.Lock()
-		if q.timers[key] == t {
-			q.dropTimer(key)
-			q.report()
-		}
-		q.mu.Unlock()
-		q.Add(key)
+		defer q.mu.Unlock()
+		q.addDue(key, t)
 	})
 	q.timers[key] = t
 	if retry {
 		q.retrying[key] = true
 	}
 	q.report()
+}
+
+// addDue queues, as key's timer t fires, every key due by now, earliest
+// first, then by name: timers due at one instant fire each in a goroutine
+// of its own, and the order those happen to run in must not decide which
+// key a worker takes first. A timer replaced or stopped meanwhile, or
+// whose key another's firing queued, queues nothing. q.mu must be held.
+func (q *queue) addDue(key string, t *time.Timer) {
+	if q.timers[key] != t {
+		return
+	}
+	now := time.Now()
+	var due []string
+	for k, at := range q.due {
+		if k == key || !at.After(now) {
+			due = append(due, k)
+		}
+	}
+	slices.SortFunc(due, func(a, b string) int { return cmp.Or(q.due[a].Compare(q.due[b]), strings.Compare(a, b)) })
+	for _, k := range due {
+		q.stopTimer(k)
+	}
+	q.report()
+	for _, k := range due {
+		q.add(k)
+	}
 }
 
 // Forget drops key's pending retry or look: it succeeded, and needs none.
@@ -94,6 +138,7 @@ func (q *queue) stopTimer(key string) {
 // dropTimer forgets key's timer. q.mu must be held.
 func (q *queue) dropTimer(key string) {
 	delete(q.timers, key)
+	delete(q.due, key)
 	delete(q.retrying, key)
 }
 

@@ -53,9 +53,13 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 			}
 			break
 		}
+		var token time.Time
+		if c.restartTokens != nil {
+			token = c.restartTokens.reserve()
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			state, err := c.restartPod(ctx, key, obj, r, i, log)
+			state, err := c.restartPod(ctx, key, obj, r, i, token, log)
 			if err != nil {
 				fail(err)
 				return
@@ -77,7 +81,8 @@ const maxConflicts = 5
 
 // restartPod restarts r.pods[i] with the preconditions of the view that
 // last selected it. Each try, first and retried, asks current right before
-// its request, after its wait for a token of the rate (if any). A
+// its request, after its wait for a token of the rate (if any): the first
+// try's is token, reserved by restartAll; a retry reserves its own. A
 // failed precondition re-reads the pod: retried with its new
 // resourceVersion only if it is still selected, the same pod and not
 // terminating (the same uid: created before the round, it may run old
@@ -88,7 +93,7 @@ const maxConflicts = 5
 // nothing was deleted takes the restart out of flight; one that does not
 // tell (a 5xx, a timeout, a cut connection) leaves it to settleUnsure
 // (budget.go).
-func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, log *slog.Logger) (state podState, err error) {
+func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, token time.Time, log *slog.Logger) (state podState, err error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
 	verb, past, resource, permission, count := "delete", "deleted", "pods", "delete on pods", c.countRestart
@@ -105,7 +110,10 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 	for conflicts := 0; ; {
 		if c.restartTokens != nil {
 			// MAX_RESTARTS_PER_SECOND; the restart stays in flight meanwhile.
-			if err := c.restartTokens.wait(ctx); err != nil {
+			if conflicts > 0 {
+				token = c.restartTokens.reserve()
+			}
+			if err := c.restartTokens.waitFor(ctx, token); err != nil {
 				return podPending, err
 			}
 		}

@@ -159,28 +159,41 @@ func newTokenBucket(rate, burst int) *tokenBucket {
 	return &tokenBucket{rate: float64(rate), burst: float64(burst), tokens: float64(burst), last: time.Now()}
 }
 
-// wait takes a token, waiting until there is one or ctx is done. The
-// caller holds its restart's in-flight reservation, never a lock.
-func (b *tokenBucket) wait(ctx context.Context) error {
-	for {
+// reserve takes the next token and returns when it is due: now, or, the
+// bucket empty, when the rate has refilled it. Tokens go in the order they
+// are reserved, not to whichever waiter runs first when one comes back
+// (restartAll reserves its restarts' in the order of its pods).
+func (b *tokenBucket) reserve() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	b.tokens--
+	if b.tokens >= 0 {
+		return now
+	}
+	return now.Add(untilToken(b.tokens+1, b.rate))
+}
+
+// waitFor waits until due, a reserved token's time, or gives the token
+// back when ctx is done first. The caller holds its restart's in-flight
+// reservation, never a lock.
+func (b *tokenBucket) waitFor(ctx context.Context, due time.Time) error {
+	d := time.Until(due)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
 		b.mu.Lock()
-		now := time.Now()
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-		b.last = now
-		if b.tokens >= 1 {
-			b.tokens--
-			b.mu.Unlock()
-			return nil
-		}
-		need := untilToken(b.tokens, b.rate)
+		b.tokens = min(b.burst, b.tokens+1)
 		b.mu.Unlock()
-		t := time.NewTimer(need)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
+		return ctx.Err()
 	}
 }
 

@@ -150,15 +150,34 @@ func TestStormGuardOffRestartsForEveryChange(t *testing.T) {
 func TestRestartTokensBurstThenWait(t *testing.T) {
 	b := newTokenBucket(1, 3)
 	for range 3 {
-		require.NoError(t, b.wait(context.Background()))
+		require.NoError(t, b.waitFor(context.Background(), b.reserve()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	assert.ErrorIs(t, b.wait(ctx), context.DeadlineExceeded, "the fourth within a second waits")
+	assert.ErrorIs(t, b.waitFor(ctx, b.reserve()), context.DeadlineExceeded, "the fourth within a second waits")
 
 	fast := newTokenBucket(1000, 1)
-	require.NoError(t, fast.wait(context.Background()))
-	require.NoError(t, fast.wait(context.Background()), "a token comes back at the rate")
+	require.NoError(t, fast.waitFor(context.Background(), fast.reserve()))
+	require.NoError(t, fast.waitFor(context.Background(), fast.reserve()), "a token comes back at the rate")
+}
+
+// TestRestartTokensGoInTheOrderReserved ensures restarts waiting on an
+// empty bucket get its tokens one interval apart, in the order they asked,
+// so that no two of them wake together to race for one.
+func TestRestartTokensGoInTheOrderReserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTokenBucket(2, 1)
+		start := time.Now()
+		var due []time.Duration
+		for range 4 {
+			due = append(due, b.reserve().Sub(start))
+		}
+		assert.Equal(t, []time.Duration{0, 500 * time.Millisecond, time.Second, 1500 * time.Millisecond}, due)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		assert.ErrorIs(t, b.waitFor(ctx, b.reserve()), context.Canceled, "a fifth, at 2 s, given up")
+		assert.Equal(t, 2*time.Second, b.reserve().Sub(start), "a token given back is reserved again")
+	})
 }
 
 // TestStormChangesKeptAreBounded ensures an entry keeps at most

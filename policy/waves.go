@@ -352,11 +352,13 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 func (c *Controller) podChanged(namespace string, labels map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var keys []string
 	for key, e := range c.entries {
 		if r := e.round; r != nil && e.obj.namespace == namespace && (labels == nil || r.sel.mayMatch(labels)) {
-			c.queue.Add(key) // lock order: c.mu, then the queue's
+			keys = append(keys, key)
 		}
 	}
+	c.queue.AddAll(keys) // lock order: c.mu, then the queue's
 }
 
 // refresh returns the round's pending pods as the view shows them, their

@@ -80,11 +80,13 @@ func (c *Controller) inProgress(r *round) bool {
 // leader: it may have stood by while changes were made (the queue takes
 // nothing while no term runs). c.mu must be held.
 func (c *Controller) enqueueAll() {
+	var keys []string
 	for key, e := range c.entries {
 		if e.exists && e.decide(c.recordsOnServer()) != stepNothing {
-			c.queue.Add(key) // lock order: c.mu, then the queue's
+			keys = append(keys, key)
 		}
 	}
+	c.queue.AddAll(keys) // lock order: c.mu, then the queue's
 }
 
 func (c *Controller) work(ctx context.Context) {

@@ -53,6 +53,7 @@ type request struct {
 	at     time.Duration
 	// shows: the uids of the ConfigMaps and Secrets a LIST's answer holds.
 	shows []string
+	canon string // what orders it among those pending; twins' are equal
 }
 
 func (r *request) String() string {
@@ -140,9 +141,10 @@ func (a *api) takePending() []*request {
 	p := a.pending
 	a.pending = nil
 	p = slices.DeleteFunc(p, func(r *request) bool { return r.conn.dead })
-	slices.SortStableFunc(p, func(x, y *request) int {
-		return strings.Compare(fmt.Sprintf("%d %s %s", x.conn.gen, x, x.body), fmt.Sprintf("%d %s %s", y.conn.gen, y, y.body))
-	})
+	for _, r := range p {
+		r.canon = fmt.Sprintf("%d %s %s", r.conn.gen, r, r.body)
+	}
+	slices.SortStableFunc(p, func(x, y *request) int { return strings.Compare(x.canon, y.canon) })
 	return p
 }
 
@@ -622,6 +624,7 @@ type delivery struct {
 	added string
 	// shows: the uid of the ConfigMap or Secret an event shows.
 	shows string
+	twin  int // answers to twin requests, delivered together (0: none)
 }
 
 // push queues one line for the client; the driver delivers it.

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,21 +111,38 @@ func (w *world) reap(restart bool) {
 	}
 }
 
-// answer serves one request, or fails it as the faults in force say.
-func (w *world) answer(r *request) {
+// fate is what the faults in force do to one request: fail it with code
+// (0: none), or lose its answer.
+type fate struct {
+	code int
+	lost bool
+}
+
+// drawFate draws a request's fate.
+func (w *world) drawFate(r *request) fate {
+	if r.query.Get("watch") == "true" {
+		return fate{}
+	}
+	if w.chance(w.faults.errRate) {
+		return fate{code: pick(w, []int{500, 503, 504})}
+	}
+	return fate{lost: w.chance(w.faults.lostRate)}
+}
+
+// answer serves one request, or fails it as its fate says.
+func (w *world) answer(r *request, f fate) {
 	if r.ctx.Err() != nil {
 		w.logf("api: %d %s: the client gave up", r.conn.gen, r)
 		return
 	}
 	watch := r.query.Get("watch") == "true"
-	if !watch && w.chance(w.faults.errRate) {
-		code := pick(w, []int{500, 503, 504})
+	if code := f.code; code != 0 {
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
 		w.requestCause(r, code, true)
 		w.reply(r, answer{resp: status(code, "InternalError", "sim: fault")})
 		return
 	}
-	lost := !watch && w.chance(w.faults.lostRate)
+	lost := f.lost
 	w.serving = r
 	resp := w.api.serve(r)
 	w.serving = nil
@@ -172,6 +190,17 @@ func (w *world) deliver() {
 	i := pick(w, heads)
 	d := w.api.outbox[i]
 	w.api.outbox = slices.Delete(w.api.outbox, i, i+1)
+	if d.twin != 0 {
+		// Its twins' answers go with it: nothing tells which of their
+		// senders is which.
+		w.api.outbox = slices.DeleteFunc(w.api.outbox, func(o *delivery) bool {
+			if o.twin == d.twin {
+				o.r.answer <- o.ans
+				return true
+			}
+			return false
+		})
+	}
 	switch {
 	case d.r != nil:
 		if d.ans.err == nil {
@@ -207,9 +236,38 @@ func (w *world) loop(limit time.Duration, done func() bool) {
 		}
 		w.reap(!w.ending)
 		reqs := w.api.takePending()
-		w.rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+		if debugSteps && len(reqs) > 0 {
+			var s []string
+			for _, r := range reqs {
+				s = append(s, fmt.Sprintf("%d %s", r.conn.gen, r))
+			}
+			w.logf("debug: pending %s", strings.Join(s, " | "))
+		}
+		// Twins, requests alike in every byte (from one process), come in
+		// an order that hangs on the schedule: they share one fate and
+		// one delivery.
+		var groups [][]*request
 		for _, r := range reqs {
-			w.answer(r)
+			if n := len(groups); n > 0 && groups[n-1][0].canon == r.canon {
+				groups[n-1] = append(groups[n-1], r)
+			} else {
+				groups = append(groups, []*request{r})
+			}
+		}
+		w.rng.Shuffle(len(groups), func(i, j int) { groups[i], groups[j] = groups[j], groups[i] })
+		for _, g := range groups {
+			f, from := w.drawFate(g[0]), len(w.api.outbox)
+			for _, r := range g {
+				w.answer(r, f)
+			}
+			if len(g) > 1 {
+				w.twins++
+				for _, d := range w.api.outbox[from:] {
+					if d.r != nil {
+						d.twin = w.twins
+					}
+				}
+			}
 		}
 		if len(w.api.outbox) > 0 {
 			w.deliver()
@@ -424,6 +482,8 @@ func (w *world) setup() {
 		}
 	}
 }
+
+var debugSteps = os.Getenv("SIM_DEBUG") != ""
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 

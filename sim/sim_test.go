@@ -67,7 +67,7 @@ func simulateLength(t *testing.T, seed uint64, length int) result {
 	var res result
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(seed)
-		w.quietGets = true
+		w.quietGets = os.Getenv("SIM_DEBUG") == ""
 		w.length = length
 		w.run()
 		res = result{seed: seed, checks: w.checks, trace: w.trace, virtual: w.now(), quiescent: w.quiescent}

@@ -162,6 +162,7 @@ type world struct {
 	length           int                      // the workload's length, times the usual
 	quiescent        *quiescence              // what the run left at quiescence (bounded)
 	deletedObjects   int                      // data objects the world deleted
+	twins            int                      // groups of twin requests answered
 }
 
 // span is an interval of virtual time.
