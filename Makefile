@@ -122,7 +122,7 @@ pin-images: ## every image manifests/, the Dockerfile and docker-compose.yaml na
 	cd hack/image && $(GO) build -o $(CURDIR)/bin/image .
 	bin/image pin -repo $(CURDIR) -crane $(CRANE)
 
-release-test: ## make release twice (identical SHA256SUMS?), then the dist/ tests, a push to a loopback registry included
+release-test: ## make release twice (identical SHA256SUMS?), then the dist/ tests, a push to a loopback registry included (the image's, and the chart's pulled back by Helm)
 	bash hack/release-test.sh
 
 ##@ heavy (each starts processes on all cores; run one at a time)

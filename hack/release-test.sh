@@ -3,7 +3,9 @@
 # compiling the controller with an empty Go build cache (as a second machine would),
 # then compares the two SHA256SUMS and runs the release tests (hack/image, build tag
 # release) on the first: both platforms' images, install files pinned to the index digest, a push to a
-# registry on loopback and a pull back by digest, SHA256SUMS, the SBOM.
+# registry on loopback and a pull back by digest, the chart's OCI layout pushed there as
+# release.yml pushes it and pulled back as `helm install oci://…` fetches it (hack/helm
+# pull, the binary make release built), SHA256SUMS, the SBOM.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,4 +32,4 @@ cw_log "identical: SHA256SUMS $(sha256sum "$out/a/SHA256SUMS" | cut -d' ' -f1)"
 cat "$out/a/SHA256SUMS"
 
 cd "$repo/hack/image"
-CW_DIST="$out/a" go test -tags release -count=1 -run 'TestDist' .
+CW_DIST="$out/a" CW_HELM="$repo/bin/release-build/helm" go test -tags release -count=1 -run 'TestDist' .

@@ -3,7 +3,8 @@
 # built for linux/amd64 and linux/arm64, its images as one OCI index in the forms the
 # loaders take, the install files (install.yaml, install-cluster-wide.yaml and each with
 # Secrets: install-secrets.yaml, install-cluster-wide-secrets.yaml) pinned to the index by
-# digest, the Helm chart (hack/helm) with the same digest, an SPDX SBOM and SHA256SUMS. The
+# digest, the Helm chart (hack/helm) with the same digest, as a .tgz and as the OCI layout
+# the release workflow pushes (config-watcher-chart.oci.tar), an SPDX SBOM and SHA256SUMS. The
 # assembler is hack/image (`image release`).
 #
 # Reproducible: the same commit and Go version give byte-identical dist/ on any machine.

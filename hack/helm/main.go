@@ -22,7 +22,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: helm template|package [flags] CHART, or helm install|upgrade [flags] NAME CHART")
+		return errors.New("usage: helm template|package [flags] CHART, helm install|upgrade [flags] NAME CHART, or helm pull [flags] oci://…")
 	}
 	switch args[0] {
 	case "template":
@@ -33,8 +33,10 @@ func run(args []string) error {
 		return runInstall(args[1:])
 	case "upgrade":
 		return runUpgrade(args[1:])
+	case "pull":
+		return runPull(args[1:])
 	}
-	return fmt.Errorf("unknown command %q: want template, package, install or upgrade", args[0])
+	return fmt.Errorf("unknown command %q: want template, package, install, upgrade or pull", args[0])
 }
 
 // runTemplate prints the chart's objects and its NOTES as `helm template` would.
@@ -60,7 +62,7 @@ func runTemplate(args []string) error {
 	return nil
 }
 
-// runPackage writes the release's chart archive (pack).
+// runPackage writes the release's chart archive (pack) and its OCI layout (ociLayout).
 func runPackage(args []string) error {
 	fs := flag.NewFlagSet("helm package", flag.ContinueOnError)
 	version := fs.String("version", "", "the release, vX.Y.Z")
@@ -82,7 +84,12 @@ func runPackage(args []string) error {
 	if err != nil {
 		return err
 	}
+	layout, err := ociLayout(path, modTime, *out)
+	if err != nil {
+		return err
+	}
 	fmt.Println(path)
+	fmt.Println(layout)
 	return nil
 }
 

@@ -33,9 +33,12 @@ const (
 	ociLayoutFile  = "config-watcher.oci.tar"   // OCI layout whose index.json is the image index: crane push --index
 	ctrArchiveFile = "config-watcher.ctr.tar"   // OCI archive naming the index by tag and digest: ctr import, kind load
 	sbomFile       = "config-watcher.spdx.json" // SPDX 2.3 of the binary's modules
-	sumsFile       = "SHA256SUMS"
-	versionLabel   = "app.kubernetes.io/version"
-	defaultImage   = "ghcr.io/k8spatterns/config-watcher"
+	// The chart's OCI layout (hack/helm package writes it beside config-watcher-X.Y.Z.tgz):
+	// one manifest, Helm's, whose layer is that .tgz: crane push without --index.
+	chartLayoutFile = "config-watcher-chart.oci.tar"
+	sumsFile        = "SHA256SUMS"
+	versionLabel    = "app.kubernetes.io/version"
+	defaultImage    = "ghcr.io/k8spatterns/config-watcher"
 	// The namespace both install files install into; install.yaml watches it,
 	// install-cluster-wide.yaml every namespace. Set on every object, so that
 	// `kubectl apply -f` lands there whatever the context's namespace is.

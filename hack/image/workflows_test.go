@@ -65,7 +65,7 @@ var (
 
 // distFiles is what hack/release.sh writes into dist/.
 func distFiles() []string {
-	files := []string{ociLayoutFile, ctrArchiveFile, sbomFile, sumsFile}
+	files := []string{ociLayoutFile, ctrArchiveFile, chartLayoutFile, sbomFile, sumsFile}
 	for arch := range wantPlatforms {
 		files = append(files, dockerArchiveFile(arch))
 	}
