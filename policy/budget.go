@@ -459,7 +459,9 @@ func (b *namespaceBudget) owed(owner string, live map[string]string) int {
 	return owed
 }
 
-// oweResumed notes, for round r that resumed an intent, the pods it names
+// oweResumed notes, for round r that resumed an intent no round of this
+// term took before (round.owes: else its own restarts are in flight
+// already, and those gone by other hands owed nothing), the pods it names
 // that view does not show, less the owned pods it selects and does not
 // name (created since the round began: replacements, of any owner), as
 // restarts of an earlier process's round in flight from now: their

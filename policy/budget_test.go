@@ -480,3 +480,36 @@ func TestOwnerScaledToZeroMidRoundIsReadAgain(t *testing.T) {
 	defer api.mu.Unlock()
 	assert.Equal(t, 1, *most)
 }
+
+// TestRoundResumedAgainOwesNoMore ensures a round that resumes an intent
+// this process already resumed (its selector narrowed meanwhile) owes its
+// gone pods no second time: the first resume owed what the earlier
+// process left in flight, and owing again, with the replacement no longer
+// selected, holds its owner's other rounds for 2 minutes (simulator seed
+// 497, and 481's second resume).
+func TestRoundResumedAgainOwesNoMore(t *testing.T) {
+	pods := podsOf("RR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	pods[0].labels = map[string]string{"app": "webapp", "tier": "front"}
+	pods[1].name, pods[1].uid = "web-4", "uid-4" // web-2's or web-3's replacement, not named
+	api := newFakeAPI(t, pods...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	intent := hashOf(t, v2) + "/uid-1,uid-2,uid-3"
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: intent})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 2 }, waitFor, time.Millisecond)
+	owed := func() int {
+		b := c.budgetOf("ns")
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.inFlight)
+	}
+	require.Equal(t, 1, owed(), "web-2 and web-3 gone, one replacement: one owed")
+
+	waited := m.Reconciles.Value(resultWaiting)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("tier=front"), recorded: hashOf(t, v1), data: v2, intent: intent})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+2 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+	assert.Equal(t, 1, owed(), "the same intent, resumed again: nothing more owed")
+}

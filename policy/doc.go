@@ -29,7 +29,7 @@
 //	Controller.entries, states, tombstones  c.mu: handlers write views
 //	entry.obj, r, i, outdated, sawOther,    (apply, the one judge of our writes
 //	adopted, written, writing, ourIntent,   against others', which returns a
-//	ended                                   verdict and sets ended); workers
+//	ended, tookIntent                       verdict and sets ended); workers
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
 //	entry.changes, seenAt, mark             observers (takeView), under c.mu;

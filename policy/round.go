@@ -59,6 +59,7 @@ type round struct {
 	// too).
 	listed   bool
 	only     map[string]bool     // a resumed round's intent: the pods it names (nil: all)
+	owes     bool                // it resumed an intent no round of this term took: another process's restarts (oweResumed)
 	mostSeen map[string]int      // by owner uid: the most of its live pods seen (budget.go)
 	owners   map[string]ownerRef // by uid: the owners of pods it selected at a count (budget.go)
 	live     map[string]string   // pod uid → owner uid: the owned live pods of the last count
@@ -418,7 +419,8 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 		r.mark = e.mark
 	}
 	if resume != nil {
-		e.ourIntent = resume.text
+		r.owes = e.tookIntent != resume.text
+		e.ourIntent, e.tookIntent = resume.text, resume.text
 	} else if !c.cfg.DryRun {
 		r.seen = e.changed
 	}
@@ -465,7 +467,7 @@ func (c *Controller) writeIntentText(ctx context.Context, key string, obj object
 			}
 		}
 		if e.round == r {
-			e.ourIntent = in.text
+			e.ourIntent, e.tookIntent = in.text, in.text
 		}
 	})
 }

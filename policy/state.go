@@ -33,6 +33,11 @@ type entry struct {
 	// resumed ("" before any). A view that shows it is ours; one that no
 	// longer shows it, with no record in its place, is a wipe.
 	ourIntent string
+	// tookIntent is the last intent text this term's rounds wrote or
+	// resumed: the restarts they chose under it are in the namespace
+	// budget's flight already, so a round that resumes it again (a
+	// narrowed selector, a retry) owes none of its pods (oweResumed).
+	tookIntent string
 	// outdated is the text of an intent seen while the data differed from
 	// its digest.
 	outdated string

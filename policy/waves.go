@@ -237,7 +237,7 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
-	if r.only != nil {
+	if r.owes {
 		b.oweResumed(r, view, r.progress)
 	}
 	if r.resumed {

@@ -60,7 +60,9 @@ func (c *Controller) endTerm() {
 	defer c.mu.Unlock()
 	c.acting = nil
 	for _, e := range c.entries {
-		e.round, e.ended, e.ourIntent = nil, false, ""
+		// Another term, here or elsewhere, may restart under an intent
+		// meanwhile: the next one to resume it owes its pods again.
+		e.round, e.ended, e.ourIntent, e.tookIntent = nil, false, "", ""
 		e.storm, e.stormRound = false, time.Time{} // the next term judges it anew
 	}
 	clear(c.storms)
