@@ -99,7 +99,6 @@ func (w *world) controllerDeletes(r *request, k key) {
 		}
 	}
 	w.logf("truth: controller %d restarts %s/%s (%s, Ready %v, sent at %.3fs)", r.conn.gen, p.ns, p.name, p.uid, p.ready, r.at.Seconds())
-	p.restartedBy, p.restartedAt = r.conn.gen, r.at
 	for k, since := range w.waitSince {
 		if since >= 0 && strings.Contains(k, "/"+p.ns+"/") {
 			delete(w.waitSince, k) // a restart is progress
@@ -274,7 +273,7 @@ func (w *world) allowed(expected int) int {
 // controller counts it (owners' desired counts, less their pods a does
 // not select).
 func (w *world) checkBudget(a annotated, p *pod, r *request) {
-	expected, available := w.counts(a, p, w.inBudget, false)
+	expected, available := w.counts(a, p, w.inBudget)
 	if available >= expected-w.allowed(expected) {
 		return
 	}
@@ -286,9 +285,8 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 }
 
 // counts returns a's expected and available pods were p gone, a's pods
-// those in says a counts (inBudget, or selects); owing: as the running
-// controller counts them (owed), not as the cluster wants them.
-func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool, owing bool) (expected, available int) {
+// those in says a counts (inBudget, or selects).
+func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool) (expected, available int) {
 	for _, wl := range w.wls {
 		if wl.ns != a.ns || wl.kind == "" {
 			continue // the budget counts owned pods
@@ -317,9 +315,6 @@ func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool, owing
 				if up && !wl.returning[node] {
 					desired++
 				}
-			}
-			if owing {
-				desired += w.owed(wl)
 			}
 		}
 		expected += max(selected, desired-other)
@@ -467,27 +462,12 @@ func (w *world) budgetAllows(p *pod) bool {
 		if !w.selects(a, p) || (current(a, p) && !w.owesRound(a)) {
 			continue
 		}
-		expected, available := w.counts(a, p, w.selects, true)
+		expected, available := w.counts(a, p, w.selects)
 		if available < expected-w.allowed(expected) {
 			return false
 		}
 	}
 	return true
-}
-
-// owed returns how many pods of the DaemonSet wl, beyond its nodes up,
-// the running controller counts expected: a pod it restarted whose node
-// was lost while that restart was in flight (workload.owedNodes), until
-// the restart leaves flight. Prompt only: the budget invariant counts
-// what the cluster wants.
-func (w *world) owed(wl *workload) int {
-	n := 0
-	for node, o := range wl.owedNodes {
-		if w.proc != nil && o.gen == w.proc.gen && w.now() < o.until && (!wl.nodes[node] || wl.returning[node]) {
-			n++
-		}
-	}
-	return n
 }
 
 // owesRound reports whether a pod a selects does not run a's data, and no

@@ -677,14 +677,6 @@ func (w *world) generate() {
 				wl.nodes[node] = false
 				w.logf("world: node %d of %s/%s lost", node, wl.ns, wl.name)
 				for _, p := range wl.pods {
-					if until := p.restartedAt + inFlightFor; p.node == node && w.proc != nil && p.restartedBy == w.proc.gen && w.now() < until {
-						if wl.owedNodes == nil {
-							wl.owedNodes = map[int]owedNode{}
-						}
-						wl.owedNodes[node] = owedNode{gen: p.restartedBy, until: max(until, wl.owedNodes[node].until)}
-					}
-				}
-				for _, p := range wl.pods {
 					if p.alive && p.node == node {
 						w.deletePod(p, "node lost")
 					}

@@ -48,13 +48,6 @@ type workload struct {
 	// The budget counts such a node from its pod on: until then nothing
 	// outside the DaemonSet controller shows that it wants one more.
 	returning map[int]bool
-	// owedNodes: DaemonSet nodes lost while the running controller's
-	// restart of their pod was in flight. The controller reads no node
-	// and no DaemonSet: it counts the restarted pod owed, its replacement
-	// not seen, for as long as the restart counts in flight (2 minutes,
-	// docs/design.md "counted unavailable for up to 2 minutes"), and cannot
-	// tell a replacement that never comes from a slow one.
-	owedNodes map[int]owedNode
 	creating  int // replacements scheduled, not yet created
 	pods      []*pod
 	serial    int
@@ -62,17 +55,6 @@ type workload struct {
 
 func (wl *workload) live() []*pod {
 	return slices.DeleteFunc(slices.Clone(wl.pods), func(p *pod) bool { return !p.alive })
-}
-
-// inFlightFor is how long the controller counts a restart in flight at
-// most (policy's inFlightFor, docs/design.md).
-const inFlightFor = 2 * time.Minute
-
-// owedNode is a lost node's pod restarted by controller gen, counted owed
-// by it until until.
-type owedNode struct {
-	gen   int
-	until time.Duration
 }
 
 // pod is a pod's ground truth.
@@ -92,10 +74,6 @@ type pod struct {
 	readySince time.Duration
 	bad        bool
 	alive      bool
-	// restartedBy, restartedAt: the controller process whose DELETE the
-	// server accepted, and when it was sent (gen 0: none).
-	restartedBy int
-	restartedAt time.Duration
 }
 
 // data is one data object's ground truth history.
