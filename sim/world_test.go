@@ -157,6 +157,7 @@ type world struct {
 	selChanged       map[string]time.Duration
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+	nodeLost         map[string]time.Duration // namespace -> last DaemonSet pod gone with its node
 	causes           []cause                  // what may make a controller warn (told)
 	warnings         []warning                // Warning Events the server accepted
 	length           int                      // the workload's length, times the usual
