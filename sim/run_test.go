@@ -676,9 +676,9 @@ func (w *world) generate() {
 				}
 				wl.nodes[node] = false
 				w.logf("world: node %d of %s/%s lost", node, wl.ns, wl.name)
+				w.noteNodeLost(wl, node)
 				for _, p := range wl.pods {
 					if p.alive && p.node == node {
-						w.nodeLost[p.ns] = w.now()
 						w.deletePod(p, "node lost")
 					}
 				}
