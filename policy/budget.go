@@ -25,7 +25,9 @@ import (
 //     the pod it replaces are both live for a while: a live view, or a
 //     LIST while the old pod's grace period runs, shows both), less the
 //     pods gone since that no round restarted (left by other hands: a
-//     DaemonSet that lost a node wants one fewer for good); and never
+//     DaemonSet that lost a node wants one fewer for good) once a count
+//     has missed them for leftAfter, as far as its live pods are fewer
+//     than before; and never
 //     fewer than its running pods and those a round of the namespace
 //     restarted (this one, its forerunner, another object's) that are
 //     gone with no replacement seen yet (owed), while their restarts are
@@ -50,6 +52,20 @@ import (
 
 // inFlightFor is how long a chosen restart counts as unavailable at most.
 const inFlightFor = 2 * time.Minute
+
+// leftAfter is how long a pod gone by other hands keeps counting in its
+// owner's estimate: the owner's controller creates a replacement within a
+// second or two of the pod being gone, and 30 s also covers a failover of
+// kube-controller-manager (a 15 s lease, then its informers' sync). A node
+// removed makes the rounds over its DaemonSet wait that long.
+const leftAfter = 30 * time.Second
+
+// leftPod is a pod gone by other hands: its owner uid, and when a count
+// first missed it (round.left).
+type leftPod struct {
+	owner string
+	at    time.Time
+}
 
 // estimate is the first owner (by uid) a round could not read the desired replicas
 // of: it says so once (waves.go).
@@ -353,22 +369,31 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	// Pods live at the last count and gone (or finished) since, that no
 	// round of the namespace restarted, left by other hands (a DaemonSet's
 	// node removed, a scale-down): their owner is estimated to want that
-	// many fewer. Gone, not terminating: a pod that is replaced (drained,
-	// deleted) has its replacement running by then, which the estimate
-	// never falls below.
-	left := map[string]int{}
+	// many fewer, once leftAfter has passed. A DaemonSet replaces a pod
+	// deleted on a node that stays only once it is gone: lowered at once,
+	// the estimate would widen the budget until the replacement shows.
 	live := make(map[string]string, len(r.live))
 	for i := range view {
 		if p := &view[i]; p.owned() && p.live() {
 			live[p.uid] = p.owner.uid
 		}
 	}
+	if r.left == nil {
+		r.left = map[string]leftPod{}
+	}
 	for uid, owner := range r.live {
 		if _, ours := b.inFlight[uid]; live[uid] == "" && !ours {
-			left[owner]++
+			r.left[uid] = leftPod{owner: owner, at: now}
 		}
 	}
 	r.live = live
+	left := map[string]int{}
+	for uid, l := range r.left {
+		if now.Sub(l.at) >= leftAfter {
+			left[l.owner]++
+			delete(r.left, uid)
+		}
+	}
 	expected := 0
 	if r.mostSeen == nil {
 		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
@@ -385,7 +410,10 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		o := byOwner[uid]
 		seen, before := r.mostSeen[uid]
 		if before {
-			r.mostSeen[uid] = max(seen-left[uid], o.running)
+			// Never below its live pods, terminating ones too: a pod
+			// that left was replaced meanwhile if they are as many as
+			// before, and a restart terminating still wants its pod.
+			r.mostSeen[uid] = max(seen-left[uid], min(seen, o.counted), o.running)
 		} else {
 			r.mostSeen[uid] = o.counted
 		}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -63,14 +64,16 @@ func TestReviewTurn5OwnersForgottenWithTheirRounds(t *testing.T) {
 // over a DaemonSet's pods (no scale subresource: expected is the most of
 // its pods seen) still completes when a node goes away mid-round: the
 // DaemonSet then wants one pod fewer, and with 3 pods all Ready a budget
-// of 1 allows the next restart. Counting the 4 seen once forever leaves
-// the other pods on the old data: the round halts and never goes on.
+// of 1 allows the next restart once the pod gone with its node has
+// counted for leftAfter (its replacement, had the node stayed, would
+// have shown by then). Counting the 4 seen once forever leaves the other
+// pods on the old data: the round halts and never goes on.
 func TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound(t *testing.T) {
 	pods := podsOf("RRRR")
 	for _, p := range pods {
 		p.owner, p.ownerKind = "web-ds", "DaemonSet"
 	}
-	api := newFakeAPI(t, pods...)
+	api := newFakeAPI(t, pods...) // its server, a socket, outside the bubble
 	api.replaceNotReady()
 	api.readyOnceListed()
 	replace := api.afterDelete
@@ -80,11 +83,47 @@ func TestReviewTurn5EstimatedOwnerThatShrinksStallsTheRound(t *testing.T) {
 			delete(api.pods, "web-4") // its node is removed: the DaemonSet has 3 pods from now on
 		}
 	}
-	rec := &fakeRecorder{}
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Events: rec, ProgressDeadline: 300 * time.Millisecond})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	synctest.Test(t, func(t *testing.T) {
+		rec := &fakeRecorder{}
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, Events: rec, ProgressDeadline: 300 * time.Millisecond})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		time.Sleep(leftAfter + time.Second)
+		synctest.Wait()
+		assert.Len(t, api.deletedPods(), 3, "web-2 and web-3 left on the old data: deleted %v; %s", api.deletedPods(), eventText(rec, "RolloutHalted"))
+	})
+}
 
-	done := assert.Eventually(t, func() bool { return len(api.deletedPods()) == 3 }, 3*time.Second, 10*time.Millisecond)
-	assert.True(t, done, "web-2 and web-3 left on the old data: deleted %v; %s", api.deletedPods(), eventText(rec, "RolloutHalted"))
+// TestDaemonSetPodDeletedByOthersKeepsCountingUntilReplaced ensures a pod
+// of an estimated owner (a DaemonSet: no scale) deleted by someone else
+// while its node stays keeps counting expected: the DaemonSet replaces it
+// only once it is gone, and an estimate lowered at once widens the budget
+// until the replacement shows. With 4 expected and a budget of 1, web-1
+// restarted and replaced and web-4 deleted by kubectl (its replacement
+// not shown yet), nothing more may go down.
+func TestDaemonSetPodDeletedByOthersKeepsCountingUntilReplaced(t *testing.T) {
+	pods := podsOf("RRRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed() // web-1's replacement is Ready at once
+	replace := api.afterDelete
+	api.afterDelete = func(p fakePod) {
+		replace(p)
+		if p.name == "web-1" {
+			delete(api.pods, "web-4") // kubectl delete pod: the DaemonSet replaces it later
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		time.Sleep(leftAfter / 2)
+		synctest.Wait()
+		assert.Equal(t, []string{"web-1"}, api.deletedPods(), "4 expected, web-4 gone, 3 Ready: no room for another")
+	})
 }

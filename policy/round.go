@@ -63,6 +63,7 @@ type round struct {
 	mostSeen map[string]int      // by owner uid: the most of its live pods seen (budget.go)
 	owners   map[string]ownerRef // by uid: the owners of pods it selected at a count (budget.go)
 	live     map[string]string   // pod uid → owner uid: the owned live pods of the last count
+	left     map[string]leftPod  // by pod uid: pods gone by other hands within leftAfter (budget.go)
 	estimate *estimate           // the first owner whose desired replicas could not be read
 	allowed  int                 // how many more pods may go unavailable, as last counted
 	progress time.Time           // its latest restart, or its first wave

@@ -338,6 +338,9 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 			soon(chosen.at.Add(inFlightFor))
 		}
 	}
+	for _, l := range r.left {
+		soon(l.at.Add(leftAfter))
+	}
 	b.mu.Unlock()
 	if r.blocked.Load() != nil {
 		soon(now.Add(c.wavePoll)) // a disruption budget's status follows readiness late

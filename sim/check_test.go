@@ -99,6 +99,7 @@ func (w *world) controllerDeletes(r *request, k key) {
 		}
 	}
 	w.logf("truth: controller %d restarts %s/%s (%s, Ready %v, sent at %.3fs)", r.conn.gen, p.ns, p.name, p.uid, p.ready, r.at.Seconds())
+	p.restartSent, p.restarted = r.at, true
 	for k, since := range w.waitSince {
 		if since >= 0 && strings.Contains(k, "/"+p.ns+"/") {
 			delete(w.waitSince, k) // a restart is progress
@@ -386,7 +387,7 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 // Judged only where the ground truth can tell: objects selecting by labels
 // alone, a controller running for 20 s with no fault meanwhile, its watches
 // open, no bad data in the namespace, no storm, no SETTLE wait, no change in
-// the last 2 s.
+// the last 2 s, no DaemonSet node lost within the window noteNodeLost says.
 func (w *world) checkPrompt() {
 	if w.waitSince == nil {
 		w.waitSince = map[string]time.Duration{}
@@ -402,7 +403,8 @@ func (w *world) checkPrompt() {
 		}
 		for _, a := range objs {
 			k := dataKey(a.kind, a.ns, a.name)
-			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second || !w.viewsStream(a) {
+			estimating := now < w.nodeLost[ns]
+			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second || !w.viewsStream(a) || estimating {
 				delete(w.waitSince, k)
 				continue
 			}
@@ -429,6 +431,23 @@ func (w *world) checkPrompt() {
 			}
 		}
 	}
+}
+
+// noteNodeLost notes the wait that node of wl lost explains in its
+// namespace (checkPrompt). A DaemonSet has no scale: a pod gone by other
+// hands counts in its estimate for 30 s (docs/design.md, waves), then a
+// wave's look. A restart of the node's pod sent in the last 2 minutes
+// counts as owed until its replacement is seen, for 2 minutes at most
+// (the in-flight bound): one created and lost with the node between two
+// counts is never seen.
+func (w *world) noteNodeLost(wl *workload, node int) {
+	until := w.now() + 32*time.Second
+	for _, p := range wl.pods {
+		if p.restarted && p.node == node && w.now()-p.restartSent < 2*time.Minute {
+			until = max(until, p.restartSent+2*time.Minute+2*time.Second)
+		}
+	}
+	w.nodeLost[wl.ns] = max(w.nodeLost[wl.ns], until)
 }
 
 // viewsStream reports whether the running controller has a watch open on

@@ -349,7 +349,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedWhileDown: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, downSince: -1}
+		adoptedWhileDown: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, nodeLost: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -676,6 +676,7 @@ func (w *world) generate() {
 				}
 				wl.nodes[node] = false
 				w.logf("world: node %d of %s/%s lost", node, wl.ns, wl.name)
+				w.noteNodeLost(wl, node)
 				for _, p := range wl.pods {
 					if p.alive && p.node == node {
 						w.deletePod(p, "node lost")

@@ -74,6 +74,10 @@ type pod struct {
 	readySince time.Duration
 	bad        bool
 	alive      bool
+	// restartSent is when the controller's last restart of it was sent
+	// (restarted: one was).
+	restartSent time.Duration
+	restarted   bool
 }
 
 // data is one data object's ground truth history.
@@ -157,6 +161,7 @@ type world struct {
 	selChanged       map[string]time.Duration
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+	nodeLost         map[string]time.Duration // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
 	causes           []cause                  // what may make a controller warn (told)
 	warnings         []warning                // Warning Events the server accepted
 	length           int                      // the workload's length, times the usual
