@@ -723,6 +723,7 @@ func TestSecretStateKeptWhileItsNamespaceOptsInAgain(t *testing.T) {
 	}{
 		{name: "out and in again", atStart: optedIn, changedIn: true},
 		{name: "out at the start, in later, changed while out", atStart: nil},
+		{name: "out at the start, in later, changed once in", atStart: nil, changedIn: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, webPods()...)
@@ -761,42 +762,6 @@ func TestSecretStateKeptWhileItsNamespaceOptsInAgain(t *testing.T) {
 			assert.Len(t, api.deletedPods(), 3, "the change is acted on")
 		})
 	}
-}
-
-// TestSecretStateKeptWhenItsNamespaceOptsInAfterTheStart ensures a
-// namespace opted out when the controller started, which opts in later,
-// its ConfigMaps relisted before its Secrets, keeps its Secrets' state as
-// one that opted out and back in does: the Secret is resumed from it and
-// its next change acted on, not refused for a foreign ConfigMap of the
-// state's name (simulator seed 2510).
-func TestSecretStateKeptWhenItsNamespaceOptsInAfterTheStart(t *testing.T) {
-	api := newFakeAPI(t, webPods()...)
-	api.takenConfigMaps = map[string]bool{stateName("webapp-secret"): true}
-	rec := &fakeRecorder{}
-	consent, reported := newConsent(t, map[string]map[string]string{"ns": nil})
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, Namespaces: consent, MaxUnavailable: Budget{Percent: 100}})
-	consent.OptedOut = c.ForgetNamespace
-	secret := secretSpec{selector: ptr("app=webapp"), data: s1}
-	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
-	api.seedStates([]cmSpec{state})
-	listSecrets(t, c, secret)
-	listConfigMaps(t, c, state)
-	start(t, c)
-	settle(t, c)
-	require.Empty(t, api.requests)
-
-	consent.Handle(namespaceEvent(t, watch.Modified, "ns", optedIn))
-	in, _ := reported()
-	require.Equal(t, []string{"ns"}, in, "the watches are asked to relist")
-	listConfigMaps(t, c, state)
-	listSecrets(t, c, secret)
-	settle(t, c)
-	secret.data = s2
-	handleSecret(t, c, watch.Modified, secret)
-	settle(t, c)
-	assert.NotContains(t, rec.reasons(), "Secret/WriteRefused")
-	assert.Empty(t, api.seen(http.MethodPost, "configmaps"), "its state ConfigMap is known ours: never created again")
-	assert.Len(t, api.deletedPods(), 3, "the change after the opt-in is acted on")
 }
 
 // TestSecretStateWriteAfterARefusedCreateRemovesWhatItDoesNotHold ensures

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
 	release "helm.sh/helm/v4/pkg/release/v1"
@@ -38,38 +39,39 @@ func newClusterFlags(name string) *clusterFlags {
 }
 
 // parse reads args as NAME CHART (a directory or a packaged .tgz) and returns the
-// release's name, its chart, its values and the action configuration for the cluster.
-func (c *clusterFlags) parse(args []string) (string, string, map[string]any, *action.Configuration, error) {
+// release's name, its chart loaded, its values and the action configuration for the
+// cluster.
+func (c *clusterFlags) parse(args []string) (string, *chart.Chart, map[string]any, *action.Configuration, error) {
 	if err := c.fs.Parse(args); err != nil {
-		return "", "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
 	if c.fs.NArg() != 2 || *c.namespace == "" || *c.kubeconfig == "" {
-		return "", "", nil, nil, errors.New("want -namespace NS, a kubeconfig (-kubeconfig or KUBECONFIG), NAME and CHART")
+		return "", nil, nil, nil, errors.New("want -namespace NS, a kubeconfig (-kubeconfig or KUBECONFIG), NAME and CHART")
 	}
 	vals, err := c.values.read()
 	if err != nil {
-		return "", "", nil, nil, err
+		return "", nil, nil, nil, err
+	}
+	ch, err := loader.Load(c.fs.Arg(1))
+	if err != nil {
+		return "", nil, nil, nil, fmt.Errorf("load %s: %w", c.fs.Arg(1), err)
 	}
 	getter := genericclioptions.NewConfigFlags(false)
 	getter.KubeConfig, getter.Namespace = c.kubeconfig, c.namespace
 	cfg := action.NewConfiguration()
 	if err := cfg.Init(getter, *c.namespace, "secret"); err != nil {
-		return "", "", nil, nil, err
+		return "", nil, nil, nil, err
 	}
-	return c.fs.Arg(0), c.fs.Arg(1), vals, cfg, nil
+	return c.fs.Arg(0), ch, vals, cfg, nil
 }
 
 // runInstall is `helm install`: the chart as release NAME in NAMESPACE, adopting the
 // objects already there that carry the release's meta.helm.sh annotations.
 func runInstall(args []string) error {
 	c := newClusterFlags("helm install")
-	name, chartPath, vals, cfg, err := c.parse(args)
+	name, ch, vals, cfg, err := c.parse(args)
 	if err != nil {
 		return err
-	}
-	ch, err := loader.Load(chartPath)
-	if err != nil {
-		return fmt.Errorf("load %s: %w", chartPath, err)
 	}
 	in := action.NewInstall(cfg)
 	in.ReleaseName, in.Namespace = name, *c.namespace
@@ -85,13 +87,9 @@ func runInstall(args []string) error {
 // (none given: the release's own, as helm does).
 func runUpgrade(args []string) error {
 	c := newClusterFlags("helm upgrade")
-	name, chartPath, vals, cfg, err := c.parse(args)
+	name, ch, vals, cfg, err := c.parse(args)
 	if err != nil {
 		return err
-	}
-	ch, err := loader.Load(chartPath)
-	if err != nil {
-		return fmt.Errorf("load %s: %w", chartPath, err)
 	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace = *c.namespace
