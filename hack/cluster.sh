@@ -78,12 +78,21 @@ alive() {
 	[[ $cmdline == *"$STATE"* ]]
 }
 
-# start NAME CMD...: starts CMD in its own session, logging to $STATE/NAME.log.
+# start NAME CMD...: starts CMD in its own session, logging to $STATE/NAME.log. It returns
+# once the child runs CMD: until its exec, the fork's command line is this script's, which
+# names no state dir, and alive would take a child not yet started on a loaded machine for
+# one that exited (an empty log, "exited during start-up").
 start() {
-	local name=$1
+	local name=$1 pid i
 	shift
 	setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null &
-	echo $! >"$STATE/$name.pid"
+	pid=$!
+	echo "$pid" >"$STATE/$name.pid"
+	for ((i = 0; i < 500; i++)); do
+		[[ $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") == *"$STATE"* ]] && return 0
+		kill -0 "$pid" 2>/dev/null || return 0 # gone: wait_for says so
+		sleep 0.01
+	done
 }
 
 stop_one() {
