@@ -119,8 +119,10 @@ func earlierChart(t *testing.T) string {
 	if a := ambassadorDigest.FindSubmatch(install); a != nil {
 		args = append(args, "-ambassador-digest", string(a[1]))
 	}
-	out := strings.TrimSpace(helm(t, append(args, releaseChart(t))...))
+	// package prints the archive's path, then the OCI layout's.
+	out, _, _ := strings.Cut(strings.TrimSpace(helm(t, append(args, releaseChart(t))...)), "\n")
 	require.FileExists(t, out)
+	require.True(t, strings.HasSuffix(out, ".tgz"), "package printed %q first", out)
 	return out
 }
 
