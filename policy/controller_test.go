@@ -437,30 +437,16 @@ func TestMalformedObjectSkipped(t *testing.T) {
 	assert.True(t, c.queue.idle())
 }
 
-// TestEndListForgetsDeleted ensures a ConfigMap missing from a complete list
-// becomes a tombstone, so its re-creation with other data is still a change.
-func TestEndListForgetsDeleted(t *testing.T) {
-	api := newFakeAPI(t, webPods()...)
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true})
-	start(t, c)
-	c.all[kindConfigMap].BeginList()
-	handle(t, c, watch.Synced, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
-	c.all[kindConfigMap].EndList()
-	c.all[kindConfigMap].BeginList() // deleted while the history was lost
-	c.all[kindConfigMap].EndList()
-	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
-	settle(t, c)
-	assert.Len(t, api.deletedPods(), 3)
-}
-
-// TestTombstoneOutlivesARelist ensures a deleted ConfigMap stays a tombstone
-// through a relist that does not show it, however its deletion was seen, so
-// that its re-creation with other data is still a change, not adopted.
+// TestTombstoneOutlivesARelist ensures a ConfigMap missing from a complete
+// list becomes a tombstone, and a deleted one stays one through a relist
+// that does not show it, however its deletion was seen, so that its
+// re-creation with other data is still a change, not adopted.
 func TestTombstoneOutlivesARelist(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		delete func(c *Controller)
 	}{
+		{"GoneFromAList", func(*Controller) {}}, // deleted while the history was lost
 		{"DeletedEventThenRelist", func(c *Controller) {
 			handle(t, c, watch.Deleted, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1})
 		}},
