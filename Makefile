@@ -118,7 +118,7 @@ uninstall: ## remove one config-watcher install and what it wrote, nothing of an
 release: ## dist/ for VERSION=vX.Y.Z [IMAGE=repo]: both platforms' images, install.yaml by digest, SBOM, SHA256SUMS (docs/deployment.md)
 	VERSION=$(VERSION) IMAGE=$(IMAGE) bash hack/release.sh
 
-pin-images: ## every image manifests/, the Dockerfile and docker-compose.yaml name, by tag and the digest the tag names now: hack/images.lock, then each reference (CRANE=crane; needs registry access: the release workflow runs it)
+pin-images: ## every image manifests/, the Dockerfile, docker-compose.yaml and the chart's values name, by tag and the digest the tag names now: hack/images.lock, then each reference (CRANE=crane; needs registry access: the release workflow runs it)
 	cd hack/image && $(GO) build -o $(CURDIR)/bin/image .
 	bin/image pin -repo $(CURDIR) -crane $(CRANE)
 

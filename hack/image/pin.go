@@ -3,7 +3,8 @@ package main
 // `image pin` is `make pin-images`: every image the repository names but does
 // not build, in manifests/, the Dockerfile and docker-compose.yaml, pinned to
 // the digest its tag names in the registry now (crane digest), written to
-// hack/images.lock, then to each reference as name:tag@sha256:…. The tags
+// hack/images.lock, then to each reference as name:tag@sha256:… (the Helm
+// chart's values.yaml: its image's digest:, beside its tag:). The tags
 // stay where they are written; the digests have one place of truth, the lock,
 // and one writer, this command; TestImagesNameTheLockedDigests keeps every
 // reference equal to the lock.
@@ -26,7 +27,8 @@ import (
 // lockFile is the one place of the digests, relative to the repository.
 const lockFile = "hack/images.lock"
 
-const lockHeader = `# The digest each image tag the repository names (manifests/, Dockerfile, docker-compose.yaml)
+const lockHeader = `# The digest each image tag the repository names (manifests/, Dockerfile, docker-compose.yaml,
+# the chart's values.yaml)
 # pointed to when ` + "`make pin-images`" + ` last ran: name:tag, then its digest. Written by that target
 # only (hack/image/pin.go), which then writes each reference as name:tag@digest; the release
 # workflow runs it before make release. Change a tag where it is written, then run it.
@@ -34,7 +36,13 @@ const lockHeader = `# The digest each image tag the repository names (manifests/
 
 // pinned are the files whose image references are pinned, relative to the
 // repository; manifests/ is walked for *.yaml.
-var pinnedFiles = []string{"Dockerfile", "docker-compose.yaml"}
+var pinnedFiles = []string{"Dockerfile", "docker-compose.yaml", chartValues}
+
+// chartValues are the Helm chart's defaults: an image is a repository:,
+// tag: and digest: line each, in that order (the release's packaged chart
+// overrides the controller's and the ambassador's digests; a chart
+// installed from the source tree names the digests written here).
+const chartValues = "charts/config-watcher/values.yaml"
 
 // ownImage is built by the repository: make release pins it by the index's
 // digest, and docker compose builds it.
@@ -51,8 +59,12 @@ var (
 	kustomizeName   = regexp.MustCompile(`^(\s*)- name:\s*(\S+)\s*$`)
 	kustomizeTag    = regexp.MustCompile(`^\s+newTag:\s*(\S+)\s*$`)
 	kustomizeDigest = regexp.MustCompile(`^\s+digest:\s*(\S+)\s*$`)
-	composeDefault  = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*):-(.+)\}$`)
-	variable        = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+	// An image of the chart's values: repository:, tag:, then digest: ("" for none).
+	valuesRepository = regexp.MustCompile(`^(\s*)repository:\s*(\S+)\s*$`)
+	valuesTag        = regexp.MustCompile(`^\s+tag:\s*"?([^"\s]*)"?\s*$`)
+	valuesDigest     = regexp.MustCompile(`^(\s+digest:\s*)"?([^"\s]*)"?\s*$`)
+	composeDefault   = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*):-(.+)\}$`)
+	variable         = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
 )
 
 // pinFunc is given each reference of a file (name:tag, variables replaced
@@ -67,6 +79,7 @@ func editRefs(path string, b []byte, pin pinFunc) ([]byte, error) {
 	args := map[string]string{} // a Dockerfile's ARG defaults so far
 	dockerfile := filepath.Base(path) == "Dockerfile"
 	kustomization := filepath.Base(path) == "kustomization.yaml"
+	values := strings.HasSuffix(filepath.ToSlash(path), chartValues)
 	var out []string
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
@@ -120,6 +133,29 @@ func editRefs(path string, b []byte, pin pinFunc) ([]byte, error) {
 			}
 			i += skip - 1
 			continue
+		case values && i+2 < len(lines) && valuesRepository.MatchString(body) &&
+			valuesTag.MatchString(strings.TrimSuffix(lines[i+1], "\n")) && valuesDigest.MatchString(strings.TrimSuffix(lines[i+2], "\n")):
+			name := valuesRepository.FindStringSubmatch(body)[2]
+			tag := valuesTag.FindStringSubmatch(strings.TrimSuffix(lines[i+1], "\n"))[1]
+			digestLine, nl2 := strings.CutSuffix(lines[i+2], "\n")
+			m := valuesDigest.FindStringSubmatch(digestLine)
+			out = append(out, line, lines[i+1])
+			i += 2
+			if name == ownImage || tag == "" { // built here; its tag is the chart's appVersion
+				out = append(out, lines[i])
+				continue
+			}
+			digest, err := pin(name+":"+tag, m[2])
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, i-1, err)
+			}
+			if digest == "" {
+				digest = `""`
+			}
+			line = m[1] + digest
+			if nl2 {
+				line += "\n"
+			}
 		}
 		out = append(out, line)
 	}

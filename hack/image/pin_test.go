@@ -58,14 +58,27 @@ func fakeDigest(ref string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// pinCopy copies the repository's pinned files and its lock into a fresh
-// directory and returns it.
+// imageHolders are where an install or a build reads an image name from,
+// listed here and not taken from pin.go, so that a file pin.go leaves out
+// shows as a reference left unpinned: every YAML file under the
+// directories, and the files.
+var imageHolders = []string{"manifests", "charts", "Dockerfile", "docker-compose.yaml", lockFile}
+
+// pinCopy copies the repository's imageHolders into a fresh directory and
+// returns it.
 func pinCopy(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	paths, err := pinnedPaths(repoRoot)
-	require.NoError(t, err)
-	for _, p := range append(paths, filepath.Join(repoRoot, lockFile)) {
+	var paths []string
+	for _, h := range imageHolders {
+		require.NoError(t, filepath.WalkDir(filepath.Join(repoRoot, h), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && (p == filepath.Join(repoRoot, h) || strings.HasSuffix(p, ".yaml")) {
+				paths = append(paths, p)
+			}
+			return err
+		}))
+	}
+	for _, p := range paths {
 		rel, err := filepath.Rel(repoRoot, p)
 		require.NoError(t, err)
 		b, err := os.ReadFile(p)
@@ -110,6 +123,7 @@ var (
 	anyImageLine = regexp.MustCompile(`(?m)^\s*(?:- )?image:\s*(?:\$\{[A-Z0-9_]+:-)?([^\s}]+)\}?\s*$`)
 	anyFrom      = regexp.MustCompile(`(?m)^FROM\s+(?:--\S+\s+)*(\S+)`)
 	anyEntry     = regexp.MustCompile(`(?m)^\s*- name:\s*(\S+)\n\s+newTag:\s*(\S+)\n(?:\s+digest:\s*(\S+)\n)?`)
+	anyValue     = regexp.MustCompile(`(?m)^\s*repository:\s*(\S+)\n\s+tag:\s*(\S+)\n\s+digest:\s*(\S+)\n`)
 	goVersionArg = regexp.MustCompile(`(?m)^ARG GO_VERSION=(\S+)$`)
 )
 
@@ -144,6 +158,11 @@ func references(t *testing.T, dir string) map[string][]string {
 			for _, m := range anyEntry.FindAllStringSubmatch(content, -1) {
 				add(m[1]+":"+m[2], m[3])
 			}
+			for _, m := range anyValue.FindAllStringSubmatch(content, -1) {
+				if tag := strings.Trim(m[2], `"`); tag != "" {
+					add(m[1]+":"+tag, strings.Trim(m[3], `"`))
+				}
+			}
 		}
 	}
 	return refs
@@ -154,7 +173,8 @@ func references(t *testing.T, dir string) map[string][]string {
 // docker-compose.yaml (the repository's own image aside), writes each
 // digest to the lock, and names every reference by tag and that digest:
 // the kustomization's images: entries (kustomize then renders name:tag@digest),
-// compose's defaults and the Dockerfile's FROMs, its GO_VERSION's included.
+// compose's defaults, the Dockerfile's FROMs (its GO_VERSION's included) and
+// the chart's values (a digest: beside each tag:).
 func TestPinImagesRewritesEveryReference(t *testing.T) {
 	dir := pinCopy(t)
 	crane, log := fakeCraneEnv(t, "")
