@@ -59,7 +59,8 @@ const maxEnded = 4096
 type pod struct {
 	name, rv string
 	labels   map[string]string
-	owner    unique.Handle[Owner] // zero: none
+	owner    unique.Handle[Owner]  // zero: none
+	node     unique.Handle[string] // zero: not scheduled; the pods of a node share it
 	// refs are read once, when the pod is first seen: the volumes and env
 	// of a pod's spec cannot change.
 	refs   Refs
@@ -82,6 +83,9 @@ func (p *pod) record(uid string) Record {
 	if p.owner != (unique.Handle[Owner]{}) {
 		r.Owner = p.owner.Value()
 	}
+	if p.node != (unique.Handle[string]{}) {
+		r.Node = p.node.Value()
+	}
 	if p.since != 0 {
 		r.Since = time.Unix(p.since, 0).UTC()
 	}
@@ -96,6 +100,12 @@ func (p *pod) set(r *Record) {
 		p.owner = unique.Handle[Owner]{}
 	case p.owner == unique.Handle[Owner]{} || p.owner.Value() != r.Owner:
 		p.owner = unique.Make(r.Owner)
+	}
+	switch {
+	case r.Node == "":
+		p.node = unique.Handle[string]{}
+	case p.node == unique.Handle[string]{} || p.node.Value() != r.Node:
+		p.node = unique.Make(r.Node)
 	}
 	p.since = 0
 	if !r.Since.IsZero() {
@@ -263,7 +273,7 @@ func (x *Index) update(typ watch.EventType, ns, uid string, obj gjson.Result, rv
 		old = p.record(uid)
 	}
 	var r Record
-	parse(obj.Get("metadata"), obj.Get("status"), &r, &old)
+	parse(obj.Get("metadata"), obj.Get("spec"), obj.Get("status"), &r, &old)
 	r.Refs = old.Refs
 	switch {
 	case p == nil:

@@ -37,6 +37,10 @@ type Record struct {
 	// Refs are the ConfigMaps and Secrets its containers read (ParseRefs):
 	// interned, shared by the pods of one template.
 	Refs Refs
+	// Node is the node it is bound to (spec.nodeName); "": not scheduled
+	// yet. A DaemonSet replaces a pod on its node: the budget tells a
+	// replacement from a pod on a node come back by it.
+	Node string
 }
 
 // Owner is a pod's controller, as its ownerReferences name it.
@@ -51,17 +55,17 @@ func Parse(raw []byte) (Record, bool) {
 	// A view of raw: whatever is kept is cloned out of it (reuse,
 	// readLabels, MakeRefs).
 	doc := gjson.Parse(unsafe.String(unsafe.SliceData(raw), len(raw)))
-	ok := parse(doc.Get("metadata"), doc.Get("status"), &r, nil)
+	ok := parse(doc.Get("metadata"), doc.Get("spec"), doc.Get("status"), &r, nil)
 	if ok {
 		r.Refs = ParseRefs(doc.Get("spec"))
 	}
 	return r, ok
 }
 
-// parse reads a pod's metadata and status into r, reusing old's strings
-// and labels where they did not change (old may be nil): the events a pod
-// gets most are status updates that change none of them.
-func parse(meta, status gjson.Result, r *Record, old *Record) bool {
+// parse reads a pod's metadata, node and status into r, reusing old's
+// strings and labels where they did not change (old may be nil): the events
+// a pod gets most are status updates that change none of them.
+func parse(meta, spec, status gjson.Result, r *Record, old *Record) bool {
 	if old == nil {
 		old = &Record{}
 	}
@@ -96,6 +100,7 @@ func parse(meta, status gjson.Result, r *Record, old *Record) bool {
 		r.Reason, r.Broken = reuse(reason, old.Reason), broken
 	}
 	r.Labels = readLabels(meta.Get("labels"), old.Labels)
+	r.Node = reuse(spec.Get("nodeName").String(), old.Node)
 	return true
 }
 

@@ -41,6 +41,7 @@ func TestParseRecordedRunningPod(t *testing.T) {
 				Controller                  bool
 			}
 		}
+		Spec   struct{ NodeName string }
 		Status struct {
 			Phase      string
 			Conditions []struct{ Type, Status, LastTransitionTime string }
@@ -53,7 +54,7 @@ func TestParseRecordedRunningPod(t *testing.T) {
 	require.True(t, m.OwnerReferences[0].Controller)
 	o := m.OwnerReferences[0]
 	want := podindex.Record{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
-		Owner: podindex.Owner{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID}}
+		Owner: podindex.Owner{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID}, Node: wire.Spec.NodeName}
 	for _, c := range wire.Status.Conditions {
 		if c.Type == "Ready" {
 			since, err := time.Parse(time.RFC3339, c.LastTransitionTime)
@@ -79,6 +80,31 @@ func TestParseRecordedRunningPod(t *testing.T) {
 	require.True(t, ok)
 	require.Len(t, view, 1)
 	assert.Equal(t, want, view[0])
+}
+
+// TestNodeIsTheOneThePodIsBoundTo ensures the parser and the index read a
+// pod's node from spec.nodeName: none before the pod is bound, that node
+// after, kept through status updates (the budget tells a DaemonSet's
+// replacement by it).
+func TestNodeIsTheOneThePodIsBoundTo(t *testing.T) {
+	pod := func(rv, spec string) []byte {
+		return []byte(`{"metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"` + rv + `"},"spec":` + spec + `}`)
+	}
+	x := podindex.New(discard)
+	relist(x)
+	x.Handle(watch.Event{Type: watch.Added, Object: pod("5", `{}`), ResourceVersion: "5"})
+	view, ok := x.View("ns")
+	require.True(t, ok)
+	require.Len(t, view, 1)
+	assert.Empty(t, view[0].Node, "not bound yet")
+
+	x.Handle(watch.Event{Type: watch.Modified, Object: pod("6", `{"nodeName":"n1"}`), ResourceVersion: "6"})
+	x.Handle(watch.Event{Type: watch.Modified, Object: pod("7", `{"nodeName":"n1"}`), ResourceVersion: "7"})
+	view, _ = x.View("ns")
+	assert.Equal(t, "n1", view[0].Node)
+	got, ok := podindex.Parse(pod("7", `{"nodeName":"n1"}`))
+	require.True(t, ok)
+	assert.Equal(t, "n1", got.Node)
 }
 
 // TestParseNotReadyReasons ensures a pod that is not Ready says why, and is
