@@ -18,8 +18,12 @@ import (
 //
 //   - expected: for each controller owner of a selected pod, its desired
 //     replicas (owners.go), or its running pods if more, less its live pods
-//     the selector does not pick; where they cannot be read, the most live
-//     pods of that owner seen since the round began: terminating ones
+//     the selector does not pick; where a read got no answer that tells
+//     (none, a 5xx, a 429), unknown: no pod that needs the budget goes
+//     until a read answers, as the disruption controller allows no
+//     disruption while it cannot count; where they cannot be read (RBAC, no
+//     scale subresource), the most live pods of that owner seen since the
+//     round began: terminating ones
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
@@ -82,8 +86,8 @@ type namespaceBudget struct {
 	inFlight map[string]restartChosen // by pod uid
 	// counts numbers the counts of the namespace's rounds; firstSeen is,
 	// for each owned pod a count showed live while a restart was in
-	// flight, the first count that did and its owner: a pod first shown
-	// after a restart was chosen is the kind of pod that replaces it
+	// flight, the first count that did, its owner and node: a pod first
+	// shown after a restart was chosen is the kind of pod that replaces it
 	// (owed).
 	counts    uint64
 	firstSeen map[string]seenPod
@@ -220,15 +224,18 @@ type restartChosen struct {
 	// tell whether the request deleted the pod; 0: none came.
 	unsure uint64
 	// owner is the pod's owner uid ("": a bare pod); count, the count it
-	// was chosen on (namespaceBudget.counts).
+	// was chosen on (namespaceBudget.counts); node, for a pod its owner
+	// replaces on its node (replacedOnItsNode), that node ("": any).
 	owner string
 	count uint64
+	node  string
 }
 
-// seenPod is a pod's first count and its owner (namespaceBudget.firstSeen).
+// seenPod is a pod's first count, its owner and its node
+// (namespaceBudget.firstSeen).
 type seenPod struct {
-	count uint64
-	owner string
+	count       uint64
+	owner, node string
 }
 
 // budgetOf returns the shared budget state of namespace.
@@ -395,6 +402,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 	}
 	expected := 0
+	var unanswered *estimate // the first owner whose read got no answer that tells
 	if r.mostSeen == nil {
 		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
 	}
@@ -425,7 +433,12 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired, err := c.owners.desired(uid)
 		if err != nil {
 			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))
-			if r.estimate == nil && !errors.Is(err, errNotRead) { // none read: no pod needs the budget
+			switch {
+			case errors.Is(err, errUnanswered):
+				if unanswered == nil {
+					unanswered = &estimate{owner: o.ref, pods: desired, err: err}
+				}
+			case r.estimate == nil && !errors.Is(err, errNotRead): // none read: no pod needs the budget
 				r.estimate = &estimate{owner: o.ref, pods: desired, err: err}
 			}
 		}
@@ -434,7 +447,16 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		desired = max(desired, o.running)
 		expected += max(desired-o.unselected, 0)
 	}
-	return &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+	t := &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
+	if unanswered != nil && t.allowed > 0 {
+		// Read again (readAgainAt) before a pod that needs the budget
+		// goes; said once per round where that held one back.
+		t.allowed = 0
+		if r.unanswered == nil {
+			r.unanswered = unanswered
+		}
+	}
+	return t
 }
 
 // noteShown numbers a new count and notes, for each owned pod view shows
@@ -448,8 +470,12 @@ func (b *namespaceBudget) noteShown(view []livePod) {
 	}
 	for i := range view {
 		if p := &view[i]; p.owned() && p.live() {
-			if _, ok := b.firstSeen[p.uid]; !ok {
-				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid}
+			switch seen, ok := b.firstSeen[p.uid]; {
+			case !ok:
+				b.firstSeen[p.uid] = seenPod{count: b.counts, owner: p.owner.uid, node: p.node}
+			case seen.node != p.node: // bound since its first count
+				seen.node = p.node
+				b.firstSeen[p.uid] = seen
 			}
 		}
 	}
@@ -461,22 +487,50 @@ func (b *namespaceBudget) noteShown(view []livePod) {
 // missing has not seen them, and counts them as expected all the same. A
 // pod of owner first shown after a restart was chosen is taken for its
 // replacement; the latest k restarts need k of those first shown after the
-// earliest of them. b.mu must be held.
+// earliest of them. A DaemonSet's replacement is on the node of the pod it
+// replaces: one on another node (come back, or added) replaces none, and
+// taken for a replacement it would leave the missing pod uncounted. Where
+// a restart's node is not known (an earlier process's, oweResumed), any
+// node's pod counts. b.mu must be held.
 func (b *namespaceBudget) owed(owner string, live map[string]string) int {
-	var gone, since []uint64
+	gone := map[string][]uint64{} // by node, where every restart's is known
+	byNode := true
 	for uid, chosen := range b.inFlight {
 		if chosen.owner == owner && live[uid] == "" {
-			gone = append(gone, chosen.count)
+			gone[chosen.node] = append(gone[chosen.node], chosen.count)
+			byNode = byNode && chosen.node != ""
 		}
 	}
 	if len(gone) == 0 {
 		return 0
 	}
+	if !byNode {
+		var all []uint64
+		for _, counts := range gone {
+			all = append(all, counts...)
+		}
+		gone = map[string][]uint64{"": all}
+	}
+	since := map[string][]uint64{}
 	for _, seen := range b.firstSeen {
 		if seen.owner == owner {
-			since = append(since, seen.count)
+			node := ""
+			if byNode {
+				node = seen.node
+			}
+			since[node] = append(since[node], seen.count)
 		}
 	}
+	owed := 0
+	for node, counts := range gone {
+		owed += owedOf(counts, since[node])
+	}
+	return owed
+}
+
+// owedOf returns how many of the restarts chosen at the counts gone have
+// no replacement among the pods first shown at the counts since.
+func owedOf(gone, since []uint64) int {
 	slices.Sort(gone)
 	slices.Sort(since)
 	owed := 0

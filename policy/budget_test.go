@@ -409,6 +409,47 @@ func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
 	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
 }
 
+// TestEstimateTakesNoPodOnANodeComeBackForAReplacement ensures a round
+// over a DaemonSet of 3 nodes, one of them lost when it began (budget 1),
+// that restarted the pod on node n1 does not take the pod of the node that
+// comes back (n3) for that restart's replacement: the DaemonSet wants 3,
+// and the pod on n2 waits for n1's replacement (simulator seeds 1435,
+// 1972).
+func TestEstimateTakesNoPodOnANodeComeBackForAReplacement(t *testing.T) {
+	onNode := func(p *fakePod, node string) {
+		p.owner, p.ownerKind, p.ready = "web-ds", "DaemonSet", true
+		p.spec = `{"nodeName":"` + node + `","containers":[{"name":"app","image":"webapp:1"}]}`
+	}
+	pods := podsOf("RR")
+	onNode(pods[0], "n1")
+	onNode(pods[1], "n2")
+	api := newFakeAPI(t, pods...) // no replacement until the test makes it
+	_, fewestReady := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 1 }, waitFor, time.Millisecond)
+	require.Equal(t, []string{"web-1"}, api.removedPods())
+
+	// Node n3 comes back while web-1's replacement is missing.
+	waited := m.Reconciles.Value(resultWaiting)
+	api.mu.Lock()
+	*fewestReady = 1 << 30 // web-1's deletion left web-2 alone, as the budget allows
+	back := api.addPodLocked("web-3", map[string]string{"app": "webapp"})
+	onNode(api.pods[back.name], "n3")
+	api.mu.Unlock()
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+
+	api.mu.Lock()
+	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
+	onNode(api.pods[r.name], "n1")
+	api.mu.Unlock()
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 2, *fewestReady, "3 expected once n3 is back, a budget of 1: web-2 waits for web-1's replacement")
+}
+
 // TestResumedRoundOwesNoPodReplacedUnderAnotherOwner ensures a round that
 // resumes an intent naming a DaemonSet's only pod and a ReplicaSet's pod
 // the earlier process restarted, whose replacement runs, owes the

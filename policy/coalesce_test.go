@@ -275,16 +275,7 @@ func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return held.Load() == 2 }, waitFor, time.Millisecond, "both DELETEs in flight")
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v3})
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, e := range c.entries {
-			if _, ok := e.mark.resolved(); ok {
-				return true
-			}
-		}
-		return false
-	}, waitFor, time.Millisecond, "the mark's LIST answered before the DELETEs")
+	require.Eventually(t, func() bool { return markResolved(c) }, waitFor, time.Millisecond, "the mark's LIST answered before the DELETEs")
 	free()
 	require.Eventually(t, func() bool {
 		rs := api.recordedHashes()
@@ -292,6 +283,33 @@ func TestChangeSeenDuringRestartsInFlightLeavesTheirReplacements(t *testing.T) {
 	}, waitFor, time.Millisecond)
 	settle(t, c)
 	assert.Equal(t, []string{"web-1", "web-2"}, api.removedPods(), "the replacements, made after v3 was seen, run it")
+	assert.Zero(t, m.Reconciles.Value(resultError))
+}
+
+// TestChangeSeenWhileRefusedLeavesPodsCreatedBeforeTheFix ensures a change
+// seen while the selector is refused, with no round in progress, is marked
+// when it is refused: a pod created before the selector is fixed (another
+// round's replacement) runs the new data, and the round that begins at the
+// fix restarts only the pod that was there before the change.
+func TestChangeSeenWhileRefusedLeavesPodsCreatedBeforeTheFix(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t, &fakePod{name: "web-1", uid: "uid-1", labels: web})
+	api.listsAtRevision = true
+	x := mirror(t, api, nil)
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr(""), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRefused) == 1 }, waitFor, time.Millisecond)
+	assert.Eventually(t, func() bool { return markResolved(c) }, waitFor, time.Millisecond, "the refused change's mark answered")
+	api.mu.Lock()
+	x.Handle(podEvent(t, watch.Added, api.addPodLocked("web-2", web)))
+	api.mu.Unlock()
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-2, created after v2 was seen, runs it")
 	assert.Zero(t, m.Reconciles.Value(resultError))
 }
 
@@ -359,4 +377,17 @@ func heldUntilFreed(t *testing.T) (release <-chan struct{}, free func()) {
 	free = func() { once.Do(func() { close(ch) }) }
 	t.Cleanup(free)
 	return ch, free
+}
+
+// markResolved reports whether the mark of some change pending on c has
+// its LIST answered.
+func markResolved(c *Controller) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if _, ok := e.mark.resolved(); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -289,7 +289,7 @@ type Metrics struct {
 	ReplacementsNotReady *metrics.Counter
 	InvalidSelectors     *metrics.Counter
 	// OwnerReadsFailed counts rounds that could not read an owner's
-	// desired replicas, and estimated them.
+	// desired replicas, and estimated them or, unanswered, waited.
 	OwnerReadsFailed *metrics.CounterVec
 	SkippedObjects   *metrics.Counter
 	// StateUntrusted counts views of Secrets' state ConfigMaps ignored
@@ -325,8 +325,8 @@ func NewMetrics(r *metrics.Registry) *Metrics {
 		ReplacementsNotReady: r.NewCounter("config_watcher_replacements_not_ready_total", "Finished rounds whose replacements were not Ready PROGRESS_DEADLINE after the last restart (each also a ReplacementsNotReady Warning Event)."),
 		WritesRefused: r.NewCounterVec("config_watcher_writes_refused_total", "Writes refused by RBAC or an admission policy (each also a Warning Event and retried), by resource (a Secret's state is written on configmaps).", "resource",
 			"configmaps", "pods", "pods/eviction"),
-		OwnerReadsFailed: r.NewCounterVec("config_watcher_owner_reads_failed_total", "Rounds that could not read the desired replicas of a pod's owner (its scale subresource) and counted the most of its pods seen instead, by cause (each also an ExpectedPodsEstimated Event).", "result",
-			"no_scale", "forbidden", "error"),
+		OwnerReadsFailed: r.NewCounterVec("config_watcher_owner_reads_failed_total", "Rounds that could not read the desired replicas of a pod's owner (its scale subresource) and counted the most of its pods seen instead, by cause (each also an ExpectedPodsEstimated Event); unanswered: a read got no answer that tells, and no pod that needs the budget went until one did (an ExpectedPodsUnknown Event).", "result",
+			"no_scale", "forbidden", "error", "unanswered"),
 		InvalidSelectors: r.NewCounter("config_watcher_invalid_selectors_total", "Rounds refused because the selector of a ConfigMap or Secret is invalid or too broad, or its restartReferencingPods is neither true nor false."),
 		SkippedObjects:   r.NewCounter("config_watcher_skipped_objects_total", "Watched objects that could not be read and were skipped."),
 		StateUntrusted:   r.NewCounter("config_watcher_state_untrusted_total", "Views of Secrets' state ConfigMaps ignored as not written by this controller under its digest key (forged, another key, no MAC), each also a StateUntrusted Warning Event."),

@@ -33,6 +33,8 @@
 //	                                        write what their writes left
 //	                                        (writeState), under c.mu
 //	entry.changes, seenAt, mark             observers (takeView), under c.mu;
+//	                                        a refused change's mark: its
+//	                                        worker (markRefused), under c.mu;
 //	                                        a mark's rv: its LIST's goroutine
 //	                                        until done is closed (mark.go)
 //	entry.storm, stormRound; c.storms;      the worker of the key (judgeStorm,
@@ -44,7 +46,8 @@
 //	round.key, hash, keys, selector, sel,   set once: anyone, under c.mu
 //	overMixed
 //	round.pods, resumed, progress,          the worker of the key alone
-//	halted, haltFound, next, indexed
+//	halted, haltFound, next, token,
+//	tokenAt, indexed
 //	(its index, swept, listOnly,
 //	bound)
 //	indexed.answered, deleted               its mu: restart goroutines note
@@ -54,7 +57,7 @@
 //	round.state[i]                          the goroutine restarting pods[i],
 //	                                        joined before the worker reads it
 //	round.listed, mostSeen, live,           the namespace budget's lock: other
-//	estimate, allowed;                      rounds' waves count this one's budget
+//	estimate, unanswered, allowed;          rounds' waves count this one's budget
 //	namespaceBudget.inFlight, deletions,    (restart goroutines note deletions)
 //	counts, firstSeen
 //	round.blocked, firstRestart, sent       atomic: restart goroutines

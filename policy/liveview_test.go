@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -508,15 +509,21 @@ func TestEstimateCountsNoReplacementTwice(t *testing.T) {
 // only when woken, no deadline), shows it a data change of the ConfigMap
 // selecting them and waits for its first wave; it returns the index.
 func changedInBubble(t *testing.T, api *fakeAPI, budget int) *podindex.Index {
+	x, _ := changedInBubbleWith(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Pods: budget}, ProgressDeadline: time.Hour})
+	return x
+}
+
+// changedInBubbleWith is changedInBubble with the settings of cfg; it
+// returns the controller's metrics too.
+func changedInBubbleWith(t *testing.T, api *fakeAPI, cfg Config) (*podindex.Index, *Metrics) {
 	x := mirror(t, api, api.replacement)
-	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: budget}, ProgressDeadline: time.Hour}
 	cfg.Pods = oneIndex{x: x}
-	c, _ := newTestController(t, memAPI{api}, cfg)
+	c, m := newTestController(t, memAPI{api}, cfg)
 	c.wavePoll = time.Hour
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	synctest.Wait()
-	return x
+	return x, m
 }
 
 // TestWavesGoOnOnceTheScaleGoesDown ensures a round whose owner is scaled
@@ -608,6 +615,160 @@ func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
 	})
+}
+
+// TestReadyPodIsChosenOnlyWithItsTokenDue ensures a Ready pod is chosen
+// only while a token of MAX_RESTARTS_PER_SECOND is due now, so that its
+// restart is sent on the count that chose it: of 12 pods (MAX_UNAVAILABLE
+// 11, a burst of 10 tokens) the first wave restarts 10; the eleventh,
+// whose token comes a second later, is counted again then. A pod gone
+// unavailable meanwhile (simulator seed 124: a scale-down between the count
+// and the send) leaves no budget for it until a replacement is Ready; with
+// nothing changed, it goes when its token is due, with no pod event.
+func TestReadyPodIsChosenOnlyWithItsTokenDue(t *testing.T) {
+	for _, unready := range []bool{true, false} {
+		t.Run(fmt.Sprintf("a pod unready meanwhile %v", unready), func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 12)...) // its server, a socket, outside the bubble
+			synctest.Test(t, func(t *testing.T) {
+				x, _ := changedInBubbleWith(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 11}, MaxRestartsPerSecond: 1, ProgressDeadline: time.Hour})
+				first := api.removedPods()
+				require.Len(t, first, 10, "the first wave: the tokens due now")
+				require.NotContains(t, first, "webapp-8")
+				if !unready {
+					time.Sleep(time.Second)
+					synctest.Wait()
+					assert.Contains(t, api.removedPods(), "webapp-8", "its token due, the count allows it")
+					return
+				}
+
+				time.Sleep(500 * time.Millisecond)
+				api.mu.Lock()
+				p := api.pods["webapp-9"]
+				api.revision++
+				p.ready, p.version, p.readySince = false, api.revision, time.Now()
+				x.Handle(podEvent(t, watch.Modified, *p))
+				api.mu.Unlock()
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				assert.Equal(t, first, api.removedPods(), "12 expected, webapp-8 the only one available: it may not go")
+
+				api.mu.Lock()
+				p = api.pods["webapp-1r"]
+				api.revision++
+				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				x.Handle(podEvent(t, watch.Modified, *p))
+				api.mu.Unlock()
+				synctest.Wait()
+				assert.Contains(t, api.removedPods(), "webapp-8", "a replacement Ready: one more may go")
+			})
+		})
+	}
+}
+
+// TestRoundsWaitingForATokenGetThemInTurn ensures rounds whose Ready pods
+// wait for tokens of MAX_RESTARTS_PER_SECOND get them in the order they
+// asked, not in the order their keys wake (one worker: keys due together
+// go in key order): b's round (11 pods, a burst of 10) waits for the token
+// due a second later; a's, whose change came half a second after, waits
+// for the one after it (simulator seed 549: a's key woke first at every
+// token and held b's Ready pods for seconds).
+func TestRoundsWaitingForATokenGetThemInTurn(t *testing.T) {
+	api := newFakeAPI(t, append(owned("api", 11), owned("web", 2)...)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement)
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Pods: 11}, MaxRestartsPerSecond: 1, ProgressDeadline: time.Hour, Pods: oneIndex{x: x}})
+		c.wavePoll = time.Hour
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("app=api"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		require.Len(t, api.removedPods(), 10, "b's first wave: the tokens due now")
+		time.Sleep(500 * time.Millisecond)
+		handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		require.Len(t, api.removedPods(), 10, "no token due for a")
+
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		assert.Contains(t, api.removedPods(), "api-9", "b asked first: the token goes to it")
+		assert.NotContains(t, api.removedPods(), "web-1")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Contains(t, api.removedPods(), "web-1", "a's turn, a second later")
+	})
+}
+
+// TestScaleReadWithoutAnAnswerRestartsNoReadyPod ensures a wave whose read
+// of an owner's scale gets no answer that tells (a 500) restarts no Ready
+// pod on an estimate, as the disruption controller allows no disruption
+// while it cannot count, says so once (a Warning Event, the metric), and
+// reads it again a second later: a ReplicaSet of 4 (MAX_UNAVAILABLE=1)
+// scaled to 5, its new pod not created yet, while the first restart's
+// replacement becomes Ready, is 5 expected and 4 available, which the
+// estimate from its pods (4) cannot tell (simulator seeds 1683, 1716,
+// 2229). A read that never answers halts the round at PROGRESS_DEADLINE,
+// its RolloutHalted naming the scale.
+func TestScaleReadWithoutAnAnswerRestartsNoReadyPod(t *testing.T) {
+	for _, answers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answers again %v", answers), func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
+			synctest.Test(t, func(t *testing.T) {
+				rec := &fakeRecorder{}
+				x, m := changedInBubbleWith(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 5 * time.Second, Events: rec})
+				require.Equal(t, []string{"webapp-1"}, api.removedPods(), "the first wave")
+				time.Sleep(500 * time.Millisecond)
+				synctest.Wait()
+
+				// Scaled to 5; the replacement becomes Ready, and the wave's
+				// read of the scale is answered 500.
+				var failing atomic.Bool
+				failing.Store(true)
+				api.mu.Lock()
+				api.fault = func(r request) (int, string, bool) {
+					if strings.HasSuffix(r.path, "/scale") && failing.Load() {
+						return 500, `{"kind":"Status","code":500,"reason":"InternalError","message":"etcdserver: request timed out"}`, true
+					}
+					return 0, "", false
+				}
+				api.owners["webapp-rs"].replicas = 5
+				p := api.pods["webapp-1r"]
+				api.revision++
+				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				x.Handle(podEvent(t, watch.Modified, *p))
+				api.mu.Unlock()
+				synctest.Wait()
+				assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "no answer: no Ready pod goes")
+				assert.Contains(t, eventText(rec, "ExpectedPodsUnknown"), "Warning: Cannot read the desired replicas of ReplicaSet webapp-rs")
+				assert.Empty(t, eventText(rec, "ExpectedPodsEstimated"), "nothing estimated")
+				reads := len(api.seen(http.MethodGet, "scale"))
+
+				if !answers {
+					time.Sleep(6 * time.Second)
+					synctest.Wait()
+					assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "never answered: no Ready pod goes")
+					assert.GreaterOrEqual(t, len(api.seen(http.MethodGet, "scale")), reads+5, "read again every second")
+					assert.Contains(t, eventText(rec, "RolloutHalted"), "the scale of ReplicaSet webapp-rs got no answer that tells")
+					assert.Len(t, slices.DeleteFunc(rec.all(), func(e emittedEvent) bool { return e.reason != "ExpectedPodsUnknown" }), 1, "said once per round")
+					assert.Equal(t, uint64(1), m.OwnerReadsFailed.Value("unanswered"))
+					return
+				}
+				failing.Store(false)
+				time.Sleep(time.Second)
+				synctest.Wait()
+				assert.Greater(t, len(api.seen(http.MethodGet, "scale")), reads, "read again a second later, with no pod event")
+				assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "5 expected, 4 available: no pod may go")
+
+				api.mu.Lock()
+				n := api.addPodLocked("webapp-5", map[string]string{"app": "webapp"})
+				p = api.pods[n.name]
+				p.owner, p.ready, p.readySince = "webapp-rs", true, time.Now()
+				x.Handle(podEvent(t, watch.Added, *p))
+				api.mu.Unlock()
+				synctest.Wait()
+				assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
+				assert.Equal(t, uint64(1), m.OwnerReadsFailed.Value("unanswered"))
+			})
+		})
+	}
 }
 
 // memAPI serves the controller's requests from the fake in memory, so that

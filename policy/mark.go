@@ -18,7 +18,8 @@ import (
 // would not do either, for its watch may be milliseconds behind, and a pod
 // created just before the change would then be left on the old data. No
 // round in flight, no mark: the round begins at once and its own bound
-// decides, with no LIST more than before.
+// decides, with no LIST more than before; unless it is refused, and begins
+// only once the object is fixed (markRefused).
 
 // seenMark is the revision of a pod LIST sent after a change was seen; rv
 // is set (0: the LIST failed, or its revision is not a number) before done
@@ -68,11 +69,37 @@ type marker struct {
 }
 
 // noteSeen returns a mark for a change of namespace seen now, and sends
-// its LIST, if this replica acts and a round of the namespace is in
-// progress; else nil. c.mu must be held: it never blocks.
+// its LIST, if a round of the namespace is in progress (else its round
+// begins at once, or markRefused marks it); else nil. c.mu must be held:
+// it never blocks.
 func (c *Controller) noteSeen(namespace string) *seenMark {
+	if !c.roundIn(namespace) {
+		return nil
+	}
+	return c.sendMark(namespace)
+}
+
+// markRefused marks the change pending on key, seen at seenAt, if it has
+// no mark: its round is refused (the selector or annotation is invalid),
+// and begins only once the object is fixed, however late, while pods are
+// created meanwhile (another round's replacements) that run its data. A
+// mark sent now, not when the change was seen, is later than that moment:
+// a pod created in between counts as older, a restart too many, never a
+// pod left on other data. Once per change: a refusal again sends none.
+func (c *Controller) markRefused(key string, seenAt uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && seenAt != 0 && e.seenAt == seenAt && e.mark == nil {
+		e.mark = c.sendMark(e.obj.namespace)
+	}
+}
+
+// sendMark returns a mark for namespace and sends its LIST, if this
+// replica acts and watches the namespace's pods; else nil. c.mu must be
+// held: it never blocks.
+func (c *Controller) sendMark(namespace string) *seenMark {
 	ctx := c.acting
-	if ctx == nil || c.indexFor(namespace) == nil || !c.roundIn(namespace) {
+	if ctx == nil || c.indexFor(namespace) == nil {
 		return nil
 	}
 	m := &seenMark{done: make(chan struct{})}

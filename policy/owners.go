@@ -18,8 +18,9 @@ import (
 
 // The budget counts the pods a round's owners want (expected), as
 // Kubernetes' disruption controller does: each owner's desired replicas,
-// read from its scale subresource. What cannot be read is estimated, never
-// waited for (budget.go).
+// read from its scale subresource. What cannot be read (RBAC, no scale
+// subresource) is estimated, never waited for (budget.go); a read that got
+// no answer that tells is read again, and no Ready pod goes meanwhile.
 
 // scaleRead is an owner's desired replicas as last read; done is closed
 // once they are.
@@ -37,8 +38,16 @@ const scaleReadEvery = time.Second
 // errNoScale: the owner's kind has no scale subresource (a DaemonSet, a Job).
 var errNoScale = errors.New("its kind has no scale subresource")
 
+// errUnanswered: a read of the owner's scale got no answer that tells (none,
+// a cut one, a 5xx, a 429): a scale-up it would have shown, its pods not
+// created yet, shows in no estimate, so no Ready pod goes on one (as the
+// disruption controller allows no disruption while it cannot count); the
+// next read, a second later, may tell.
+var errUnanswered = errors.New("no answer that tells: read again")
+
 // errNotRead: no read of the owner's scale was asked for (no pod needed
-// the budget) or it has not been answered: nothing failed.
+// the budget), it has not been answered, or its caller cut it: nothing
+// failed.
 var errNotRead = errors.New("not read yet")
 
 // knownScales are the scale subresources of the owners of most pods,
@@ -109,6 +118,9 @@ func (o *owners) refresh(ctx context.Context, r *round, namespace string, list [
 			go func() {
 				defer close(s.done)
 				replicas, err := o.read(ctx, namespace, owner)
+				if err != nil && ctx.Err() != nil {
+					err = errNotRead // cut by its caller (stopping, the lead lost): no answer of the owner's
+				}
 				o.mu.Lock()
 				s.replicas, s.err, s.at = replicas, err, time.Now()
 				o.mu.Unlock()
@@ -164,16 +176,17 @@ func (o *owners) readSince(list []ownerRef, t time.Time) bool {
 }
 
 // readAgainAt returns when the first owner of list whose scale was read
-// no later than t (a wave's view) may be read again; zero if none. What
-// the view shows may follow a change of scale the read missed (a
-// scale-down's deletions), and the new scale itself comes as no pod event.
+// no later than t (a wave's view), or got no answer that tells, may be
+// read again; zero if none. What the view shows may follow a change of
+// scale the read missed (a scale-down's deletions), and the new scale
+// itself comes as no pod event.
 func (o *owners) readAgainAt(list []ownerRef, t time.Time) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var first time.Time
 	for _, owner := range list {
 		s := o.scales[owner.uid]
-		if s == nil || !isDone(s.done) || s.sent.After(t) || errors.Is(s.err, errNoScale) {
+		if s == nil || !isDone(s.done) || (s.sent.After(t) && !errors.Is(s.err, errUnanswered)) || errors.Is(s.err, errNoScale) {
 			continue // read since, or no scale to read
 		}
 		if at := s.at.Add(scaleReadEvery); first.IsZero() || at.Before(first) {
@@ -236,7 +249,7 @@ func (o *owners) read(ctx context.Context, namespace string, owner ownerRef) (in
 	defer body.Close()
 	raw, err := readAll(body, maxScaleBytes)
 	if err != nil {
-		return 0, fmt.Errorf("read the scale of %s %s: %w", owner.kind, owner.name, err)
+		return 0, fmt.Errorf("read the scale of %s %s: %w (%w)", owner.kind, owner.name, err, errUnanswered)
 	}
 	scale := gjson.ParseBytes(raw)
 	replicas := scale.Get("spec.replicas")
@@ -274,6 +287,8 @@ func scaleError(owner ownerRef, resource string, err error) error {
 		return fmt.Errorf("RBAC: may not read the scale of %s %s (needs verb get on %s/scale in API group %q): %w", owner.kind, owner.name, resource, group, err)
 	case apiclient.IsNotFound(err):
 		return fmt.Errorf("%s %s is gone: %w", owner.kind, owner.name, err)
+	case classify(err) == answerRetry || classify(err) == answerBusy:
+		return fmt.Errorf("read the scale of %s %s: %w (%w)", owner.kind, owner.name, err, errUnanswered)
 	}
 	return fmt.Errorf("read the scale of %s %s: %w", owner.kind, owner.name, err)
 }

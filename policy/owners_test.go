@@ -201,3 +201,33 @@ func TestScaleReadBeforeTheViewIsReadAgain(t *testing.T) {
 	assert.Equal(t, answered.Add(scaleReadEvery), o.readAgainAt([]ownerRef{ref("before"), ref("since"), ref("ds")}, view))
 	assert.Zero(t, o.readAgainAt([]ownerRef{ref("since"), ref("ds"), ref("never-read")}, view))
 }
+
+// TestScaleReadCutByItsCallerIsNoFailure ensures a scale read cut by the
+// cancellation of the context it was sent under (the controller stopping,
+// its lead lost) leaves the owner not read, not failed: no round says an
+// estimate (ExpectedPodsEstimated, owner_reads_failed_total) for it.
+func TestScaleReadCutByItsCallerIsNoFailure(t *testing.T) {
+	arrived := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // never answered: the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	client, err := apiclient.New(srv.URL, "test")
+	require.NoError(t, err)
+	o := newOwners(client)
+	web := ownerRef{"apps/v1", "ReplicaSet", "web", "rs-uid"}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	o.refresh(ctx, &round{}, "ns", []ownerRef{web}, time.Time{})
+	require.Eventually(t, func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return isDone(o.scales[web.uid].done)
+	}, 5*time.Second, time.Millisecond)
+	_, err = o.desired(web.uid)
+	assert.ErrorIs(t, err, errNotRead)
+}

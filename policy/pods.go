@@ -32,6 +32,7 @@ type livePod struct {
 	// refs are the ConfigMaps and Secrets it reads: a referencing round
 	// (refs.go) selects by them.
 	refs podindex.Refs
+	node string // the node it is bound to; "": not scheduled yet
 }
 
 // ownerRef is a pod's controller, as its ownerReferences name it.
@@ -44,6 +45,12 @@ func (p *livePod) live() bool { return !p.finished }
 
 // owned: a controller replaces the pod when it is deleted.
 func (p *livePod) owned() bool { return p.owner.uid != "" }
+
+// replacedOnItsNode: its controller is a DaemonSet, which replaces it on
+// its node, the one node it runs a pod on.
+func (p *livePod) replacedOnItsNode() bool {
+	return p.owner.apiVersion == "apps/v1" && p.owner.kind == "DaemonSet"
+}
 
 // available is Ready for at least minReady, not terminating, as the
 // Deployment controller counts availability.
@@ -145,7 +152,7 @@ func readPod(raw []byte) (livePod, bool) {
 func fromRecord(r podindex.Record) livePod {
 	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion}, labels: r.Labels,
 		owner:       ownerRef{apiVersion: r.Owner.APIVersion, kind: r.Owner.Kind, name: r.Owner.Name, uid: r.Owner.UID},
-		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason, refs: r.Refs}
+		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason, refs: r.Refs, node: r.Node}
 	p.version, _ = strconv.ParseUint(r.ResourceVersion, 10, 64)
 	if r.Broken {
 		p.broken = r.Reason

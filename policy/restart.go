@@ -24,9 +24,11 @@ const (
 )
 
 // restartAll restarts the round's pods at the indexes which, at most
-// MaxConcurrentRestarts requests at a time (0: all at once). A pod that
-// fails stays pending, so a retried round restarts only those.
-func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *round, which []int, log *slog.Logger) error {
+// MaxConcurrentRestarts requests at a time (0: all at once), each after
+// its token of MAX_RESTARTS_PER_SECOND (tokens[n] for which[n], reserved
+// by choose or reserveTokens). A pod that fails stays pending, so a
+// retried round restarts only those.
+func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *round, which []int, tokens []time.Time, log *slog.Logger) error {
 	limit := c.cfg.MaxConcurrentRestarts
 	if limit <= 0 {
 		limit = len(which)
@@ -51,12 +53,12 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 			for _, j := range which[n:] {
 				b.release(r.pods[j].uid)
 			}
+			if c.restartTokens != nil {
+				c.restartTokens.giveBack(len(which) - n)
+			}
 			break
 		}
-		var token time.Time
-		if c.restartTokens != nil {
-			token = c.restartTokens.reserve()
-		}
+		token := tokens[n]
 		wg.Go(func() {
 			defer func() { <-sem }()
 			state, err := c.restartPod(ctx, key, obj, r, i, token, log)
@@ -74,6 +76,44 @@ func (c *Controller) restartAll(ctx context.Context, key string, obj object, r *
 	return nil
 }
 
+// soonTokens reserves, in order, a token of MAX_RESTARTS_PER_SECOND for
+// each of n restarts of round r that is due within wavePoll (one token's
+// interval, where longer), and stops at the first that is not (zero times:
+// no cap). Where it stops short, r.tokenAt is when the next may be
+// reserved: the restarts beyond stay pending for a later wave (nextLook),
+// and the worker is given back meanwhile. A wave that waited for every
+// token it chose held its worker for seconds (100 %, more pods than the
+// burst): with one worker, another object's round waited that long to
+// begin, and a change that superseded the round was acted on only once
+// its last token came (simulator seeds 2109, 911).
+func (c *Controller) soonTokens(r *round, n int) []time.Time {
+	if c.restartTokens == nil {
+		return make([]time.Time, n)
+	}
+	tokens := make([]time.Time, 0, n)
+	for range n {
+		due, ok := c.restartTokens.reserveSoon(c.wavePoll)
+		if !ok {
+			r.tokenAt = due
+			break
+		}
+		tokens = append(tokens, due)
+	}
+	return tokens
+}
+
+// reserveTokens reserves a token of MAX_RESTARTS_PER_SECOND for each of n
+// restarts, in order (zero times: no cap).
+func (c *Controller) reserveTokens(n int) []time.Time {
+	tokens := make([]time.Time, n)
+	if c.restartTokens != nil {
+		for i := range tokens {
+			tokens[i] = c.restartTokens.reserve()
+		}
+	}
+	return tokens
+}
+
 // maxConflicts bounds the re-reads of one pod in one attempt: kubelet
 // status writes change a running pod every few seconds, and each makes a
 // precondition fail.
@@ -82,7 +122,7 @@ const maxConflicts = 5
 // restartPod restarts r.pods[i] with the preconditions of the view that
 // last selected it. Each try, first and retried, asks current right before
 // its request, after its wait for a token of the rate (if any): the first
-// try's is token, reserved by restartAll; a retry reserves its own. A
+// try's is token, reserved before restartAll; a retry reserves its own. A
 // failed precondition re-reads the pod: retried with its new
 // resourceVersion only if it is still selected, the same pod and not
 // terminating (the same uid: created before the round, it may run old

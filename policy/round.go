@@ -51,12 +51,14 @@ type round struct {
 	state     []podState    // state[i] is pods[i]'s, written by its restart's goroutine
 	indexed   *indexed      // set when the round took its pods from the pod index (sweep.go)
 	next      time.Duration // when a waiting round looks again (nextLook)
+	token     time.Time     // a token of MAX_RESTARTS_PER_SECOND it reserved for a pod that needs the budget: when it is due (tokenFor)
+	tokenAt   time.Time     // its last wave left restarts for want of a token of MAX_RESTARTS_PER_SECOND due soon: when one may be reserved (soonTokens; zero: none left)
 
 	// A round in waves (waves.go), one that did not begin from the index,
 	// takes its pods from its first wave's list; listed is set then, under
 	// the namespace budget's lock, which also guards mostSeen, live,
-	// owners, estimate and allowed (other rounds' waves count this one's budget
-	// too).
+	// owners, estimate, unanswered and allowed (other rounds' waves count
+	// this one's budget too).
 	listed   bool
 	only     map[string]bool     // a resumed round's intent: the pods it names (nil: all)
 	owes     bool                // it resumed an intent no round of this term took: another process's restarts (oweResumed)
@@ -65,9 +67,12 @@ type round struct {
 	live     map[string]string   // pod uid → owner uid: the owned live pods of the last count
 	left     map[string]leftPod  // by pod uid: pods gone by other hands within leftAfter (budget.go)
 	estimate *estimate           // the first owner whose desired replicas could not be read
-	allowed  int                 // how many more pods may go unavailable, as last counted
-	progress time.Time           // its latest restart, or its first wave
-	halted   bool                // no restart possible for ProgressDeadline
+	// unanswered: the first owner whose read got no answer that tells
+	// where that held a pod back (count): said once, as estimate.
+	unanswered *estimate
+	allowed    int       // how many more pods may go unavailable, as last counted
+	progress   time.Time // its latest restart, or its first wave
+	halted     bool      // no restart possible for ProgressDeadline
 	// seen is when this process first saw the data of the round (zero for a
 	// resumed round, whose change another process saw); firstRestart is
 	// set once its first restart was accepted. For the histograms.
@@ -234,6 +239,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 		}
 	}
 	step, obj, r, left, last := e.decide(c.recordsOnServer()), e.obj, e.round, e.i, e.last
+	seenAt := e.seenAt
 	halt := e.shown().halted
 	if r != nil && r.storm {
 		obj.hash, obj.keys = r.hash, r.keys // it goes on, and records, for its own data
@@ -283,6 +289,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) (result string, 
 
 	// stepContinue, stepResume or stepRound.
 	sel, err := c.selectionOf(obj)
+	if err != nil && step == stepRound {
+		c.markRefused(key, seenAt)
+	}
 	switch {
 	case errors.Is(err, errReferencingValue):
 		c.metrics.InvalidSelectors.Inc()

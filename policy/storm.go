@@ -166,14 +166,62 @@ func newTokenBucket(rate, burst int) *tokenBucket {
 func (b *tokenBucket) reserve() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.take(b.refill())
+}
+
+// refill adds the tokens the rate has brought since the last call and
+// returns now. b.mu must be held.
+func (b *tokenBucket) refill() time.Time {
 	now := time.Now()
 	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	b.last = now
+	return now
+}
+
+// take takes the next token and returns when it is due (now, or when the
+// rate has refilled the bucket). b.mu must be held, right after refill.
+func (b *tokenBucket) take(now time.Time) time.Time {
 	b.tokens--
 	if b.tokens >= 0 {
 		return now
 	}
 	return now.Add(untilToken(b.tokens+1, b.rate))
+}
+
+// reserveNow takes a token only if one is due now, and reports whether it
+// did (tokenFor: a restart that needs the budget goes on the count that
+// chose it, not seconds later).
+func (b *tokenBucket) reserveNow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.refill(); b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// reserveSoon reserves the next token, as reserve, where it is due within
+// the duration within (one token's interval at least); else it reserves none and
+// returns when one may be (soonTokens).
+func (b *tokenBucket) reserveSoon(within time.Duration) (due time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.refill()
+	within = max(within, untilToken(0, b.rate))
+	if b.tokens < 1 {
+		if wait := untilToken(b.tokens, b.rate); wait > within {
+			return now.Add(wait - within), false
+		}
+	}
+	return b.take(now), true
+}
+
+// giveBack returns n reserved tokens that were not used.
+func (b *tokenBucket) giveBack(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tokens = min(b.burst, b.tokens+float64(n))
 }
 
 // waitFor waits until due, a reserved token's time, or gives the token
@@ -190,9 +238,7 @@ func (b *tokenBucket) waitFor(ctx context.Context, due time.Time) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		b.mu.Lock()
-		b.tokens = min(b.burst, b.tokens+1)
-		b.mu.Unlock()
+		b.giveBack(1)
 		return ctx.Err()
 	}
 }

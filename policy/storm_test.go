@@ -180,6 +180,29 @@ func TestRestartTokensGoInTheOrderReserved(t *testing.T) {
 	})
 }
 
+// TestPacedRoundGivesItsWorkerBack ensures a round whose restarts wait for
+// tokens of MAX_RESTARTS_PER_SECOND holds its worker for one token's wait
+// at most: with one worker, another object's change is acted on while the
+// first round still has pods to restart, not once its last token came.
+func TestPacedRoundGivesItsWorkerBack(t *testing.T) {
+	api := newFakeAPI(t, append(owned("a", 15), owned("b", 1)...)...) // its server, a socket, outside the bubble
+	var order []string
+	api.afterDelete = func(p fakePod) { order = append(order, p.name) }
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Percent: 100}, MaxRestartsPerSecond: 1})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{name: "cm-a", uid: "uid-cm-a", selector: ptr("app=a"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait() // the burst of 10 is sent; the other 5 wait a second each
+		handle(t, c, watch.Modified, cmSpec{name: "cm-b", uid: "uid-cm-b", selector: ptr("app=b"), recorded: hashOf(t, v1), data: v2})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		require.Len(t, order, 16)
+		assert.Less(t, slices.Index(order, "b-1"), 15, "cm-b's pod waited for every token of cm-a's round: %v", order)
+	})
+}
+
 // TestStormChangesKeptAreBounded ensures an entry keeps at most
 // STORM_CHANGES+1 change times, however many changes it sees.
 func TestStormChangesKeptAreBounded(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -107,6 +108,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	}
 	b := c.budgetOf(obj.namespace)
 	c.take(b, obj, r, view, x, c.takeCutoff(ctx, obj.namespace, r, view, x), log)
+	wasPending := r.count(podPending)
 	pending := c.refresh(r, view, log)
 	if len(pending) == 0 {
 		return c.completed(ctx, key, obj, r, log)
@@ -150,7 +152,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
 	now := time.Now()
-	chosen, stale := c.choose(b, r, others, view, pending, now, c.owners.readSince(read, viewAt))
+	chosen, tokens, stale := c.choose(b, r, others, view, pending, now, c.owners.readSince(read, viewAt))
 	if stale {
 		// A scale-up within the second a read is kept, while a pod is
 		// missing, shows in no count: a Ready pod goes only on reads
@@ -158,12 +160,12 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// restart one.
 		c.owners.refresh(ctx, r, obj.namespace, read, viewAt)
 		now = time.Now()
-		chosen, _ = c.choose(b, r, others, view, pending, now, true)
+		chosen, tokens, _ = c.choose(b, r, others, view, pending, now, true)
 	}
 	c.sayEstimate(b, obj, r, log)
 	restarted, done := r.count(podRestarted), len(r.pods)-r.count(podPending)
-	err = c.restartAll(ctx, key, obj, r, chosen, log)
-	c.judgeProgress(ctx, key, obj, r, view, done, r.count(podRestarted) > restarted, log)
+	err = c.restartAll(ctx, key, obj, r, chosen, tokens, log)
+	c.judgeProgress(ctx, key, obj, r, view, done, r.count(podRestarted) > restarted, len(pending) < wasPending || !r.tokenAt.IsZero(), log)
 	if err != nil {
 		return err
 	}
@@ -196,7 +198,7 @@ func (c *Controller) completed(ctx context.Context, key string, obj object, r *r
 	for i := before; i < len(r.pods); i++ {
 		which = append(which, i)
 	}
-	if err := c.restartAll(ctx, key, obj, r, which, log); err != nil {
+	if err := c.restartAll(ctx, key, obj, r, which, c.reserveTokens(len(which)), log); err != nil {
 		return err
 	}
 	if r.count(podPending) > 0 {
@@ -288,16 +290,23 @@ func createdAfter(x *podindex.Index, namespace, uid string, cutoff uint64) bool 
 // only when a time it decides on comes: a selected pod available once
 // Ready for MinReadySeconds, a pending one restartable outside the budget
 // once not Ready for brokenAfter, a restart out of flight, the
-// ProgressDeadline, rescale (the wave counted an owner's scale read before
-// its view: a scale-down's deletions wake the round before its new scale
-// may be read); at least every lookEvery, and soon again while a
+// ProgressDeadline, the token of MAX_RESTARTS_PER_SECOND a pod that needs
+// the budget waits for (tokenFor), or the next one its last wave could not
+// reserve soon enough (round.tokenAt, sooner than wavePoll without an
+// index too), rescale (the wave counted an owner's scale
+// read before its view: a scale-down's deletions wake the round before its
+// new scale may be read); at least every lookEvery, and soon again while a
 // disruption budget refuses its evictions.
 func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view []livePod, now, rescale time.Time) time.Duration {
 	if !indexed {
+		poll := c.wavePoll
 		if r.halted {
-			return haltedPolls * c.wavePoll
+			poll *= haltedPolls
 		}
-		return c.wavePoll
+		if !r.tokenAt.IsZero() {
+			poll = min(poll, max(r.tokenAt.Sub(now), time.Millisecond))
+		}
+		return poll
 	}
 	at := now.Add(lookEvery)
 	soon := func(t time.Time) {
@@ -325,6 +334,10 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 	}
 	if !r.halted {
 		soon(r.progress.Add(c.cfg.ProgressDeadline))
+	}
+	soon(r.token)
+	if !r.tokenAt.IsZero() {
+		soon(now.Add(max(r.tokenAt.Sub(now), time.Millisecond)))
 	}
 	if !rescale.IsZero() {
 		if !rescale.After(now) {
@@ -484,18 +497,25 @@ func (c *Controller) ownersToRead(b *namespaceBudget, r *round, others []*round,
 	return list
 }
 
-// choose returns the pending pods this wave restarts, and counts them in
-// flight: a halted round whose replacements are not available (frozen)
-// none; else, of those no other round is restarting now, every bare pod
-// and every one that serves nothing (first), then those that need the
-// budget while every round that selects them (otherRounds: begun or not)
-// allows one more unavailable pod. In a dry run, where nothing changes
-// between waves, and at 100 %, it takes them all. One that needs the
-// budget is taken only where the owners' scale was read after the view
-// (fresh): else choose takes none and returns stale.
-func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time, fresh bool) (chosen []int, stale bool) {
+// choose returns the pending pods this wave restarts, each with its token
+// of MAX_RESTARTS_PER_SECOND, and counts them in flight: a halted round
+// whose replacements are not available (frozen) none; else, of those no
+// other round is restarting now, every bare pod and every one that serves
+// nothing (first), then those that need the budget while every round that
+// selects them (otherRounds: begun or not) allows one more unavailable pod
+// and it has a token due now (tokenFor): one sent seconds later, after the
+// others' tokens, would go on a count that may no longer hold (a
+// scale-down meanwhile shrinks a percentage's budget). In a dry run, where
+// nothing changes between waves, and at 100 %, it takes them all. Those
+// that need no budget (all, at 100 %) it takes only as far as tokens are
+// due within wavePoll (soonTokens); then none that needs it. One that
+// needs the budget is taken only where the owners' scale was read after
+// the view (fresh): else choose takes none and returns stale.
+func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int, now time.Time, fresh bool) (chosen []int, tokens []time.Time, stale bool) {
+	r.tokenAt = time.Time{} // set again where soonTokens stops short
 	if c.cfg.DryRun || c.cfg.MaxUnavailable.all() {
-		return pending, false
+		tokens = c.soonTokens(r, len(pending))
+		return pending[:len(tokens)], tokens, false
 	}
 	byUID := make(map[string]*livePod, len(view))
 	for i := range view {
@@ -505,7 +525,8 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 	defer b.mu.Unlock()
 	b.prune(now)
 	if r.halted && len(c.unavailableReplacements(r, view, now)) > 0 {
-		return nil, false // frozen
+		c.dropToken(r)
+		return nil, nil, false // frozen
 	}
 	tallies := map[*round]*tally{r: c.count(b, r, view, now)}
 	r.allowed = tallies[r].allowed
@@ -520,6 +541,12 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 			chosen = append(chosen, i)
 		}
 	}
+	tokens = c.soonTokens(r, len(chosen))
+	chosen = chosen[:len(tokens)]
+	if !r.tokenAt.IsZero() {
+		budgeted = nil // no token is due now for them either
+	}
+	waiting := false // for a token
 	for _, i := range budgeted {
 		p := byUID[r.pods[i].uid]
 		rules := []*tally{tallies[r]}
@@ -536,17 +563,65 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 			continue
 		}
 		if !fresh {
-			return nil, true
+			if c.restartTokens != nil {
+				c.restartTokens.giveBack(len(tokens))
+			}
+			return nil, nil, true
+		}
+		if !c.tokenFor(r, now) {
+			waiting = true
+			break
 		}
 		for _, t := range rules {
 			t.allowed--
 		}
-		chosen = append(chosen, i)
+		chosen, tokens = append(chosen, i), append(tokens, now)
+	}
+	if !waiting {
+		c.dropToken(r)
 	}
 	for _, i := range chosen {
-		b.inFlight[r.pods[i].uid] = restartChosen{at: now, by: r.key, pod: r.pods[i].name, owner: byUID[r.pods[i].uid].owner.uid, count: b.counts}
+		p := byUID[r.pods[i].uid]
+		node := ""
+		if p.replacedOnItsNode() {
+			node = p.node
+		}
+		b.inFlight[p.uid] = restartChosen{at: now, by: r.key, pod: p.name, owner: p.owner.uid, count: b.counts, node: node}
 	}
-	return chosen, false
+	return chosen, tokens, false
+}
+
+// tokenFor takes, for a pod of round r that needs the budget, a token of
+// MAX_RESTARTS_PER_SECOND due now: the one r holds once it is due, else
+// one due now. Where none is, r reserves the next one (round.token), unless
+// it holds one already, and looks again when it is due (nextLook): rounds
+// waiting for tokens get them in the order they asked, as restarts that
+// wait for theirs do.
+func (c *Controller) tokenFor(r *round, now time.Time) bool {
+	switch {
+	case c.restartTokens == nil:
+		return true
+	case !r.token.IsZero():
+		if r.token.After(now) {
+			return false
+		}
+		r.token = time.Time{}
+		return true
+	case c.restartTokens.reserveNow():
+		return true
+	}
+	r.token = c.restartTokens.reserve()
+	return false
+}
+
+// dropToken gives back the token round r holds, if any: no pod of it
+// waits for one. (One held by a round that ends is lost: a restart's
+// turn later for the others, never a restart more.)
+func (c *Controller) dropToken(r *round) {
+	if !r.token.IsZero() {
+		c.restartTokens.giveBack(1)
+		r.token = time.Time{}
+	}
 }
 
 // unavailableReplacements returns the pods r selects that are not its own
@@ -566,16 +641,32 @@ func (c *Controller) unavailableReplacements(r *round, view []livePod, now time.
 }
 
 // sayEstimate says once per round that the desired replicas of an owner
-// could not be read, and what the round counts instead.
+// could not be read, and what the round counts instead; and once that a
+// read got no answer that tells, and held a pod back.
 func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *slog.Logger) {
 	b.mu.Lock()
-	est := r.estimate
-	if est == nil || est.said {
-		b.mu.Unlock()
+	est, unanswered := r.estimate, r.unanswered
+	if est != nil && est.said {
+		est = nil
+	}
+	if unanswered != nil && unanswered.said {
+		unanswered = nil
+	}
+	for _, e := range []*estimate{est, unanswered} {
+		if e != nil {
+			e.said = true
+		}
+	}
+	b.mu.Unlock()
+	if unanswered != nil {
+		c.metrics.OwnerReadsFailed.Inc("unanswered")
+		log.Warn("no pod that needs the budget restarted: its owner's scale got no answer that tells", "owner", unanswered.owner.kind+"/"+unanswered.owner.name, "err", unanswered.err)
+		c.event(obj, events.Warning, "ExpectedPodsUnknown", truncate.String(fmt.Sprintf("Cannot read the desired replicas of %s %s (%v): no pod that needs the budget is restarted until a read answers; it is read again every second.",
+			unanswered.owner.kind, unanswered.owner.name, unanswered.err), 1024))
+	}
+	if est == nil {
 		return
 	}
-	est.said = true
-	b.mu.Unlock()
 	typ, result := events.Warning, "error"
 	switch {
 	case errors.Is(est.err, errNoScale):
@@ -593,12 +684,21 @@ func (c *Controller) sayEstimate(b *namespaceBudget, obj object, r *round, log *
 // judgeProgress halts round r once no restart has been possible for
 // ProgressDeadline, or at once when it resumed an intent the object shows
 // halted, and resumes it at its next restart; done pods were done with
-// before this wave. Halted, it keeps its intent, marks it halted on the
-// object (writeHalt) and goes on looking.
-func (c *Controller) judgeProgress(ctx context.Context, key string, obj object, r *round, view []livePod, done int, moved bool, log *slog.Logger) {
+// before this wave, moved says it restarted one, shrank that pods of it
+// were done with by other hands since its last wave. Halted, it keeps its
+// intent, marks it halted on the object (writeHalt) and goes on looking.
+func (c *Controller) judgeProgress(ctx context.Context, key string, obj object, r *round, view []livePod, done int, moved, shrank bool, log *slog.Logger) {
 	now := time.Now()
 	found := r.haltFound
 	r.haltFound = time.Time{}
+	if shrank && !moved && !r.halted && found.IsZero() {
+		// Its pods restarted by another round over them (which took the
+		// budget first), or gone by other hands: the rollout goes on, and
+		// no stall is to be told. A halted round stays frozen until a
+		// restart of its own is possible.
+		r.progress = now
+		return
+	}
 	if moved {
 		r.progress = now
 		if r.halted {
@@ -612,7 +712,7 @@ func (c *Controller) judgeProgress(ctx context.Context, key string, obj object, 
 		return
 	}
 	c.setHalted(key, r, true)
-	why := c.stalled(r, view, now)
+	why := c.stalled(c.budgetOf(obj.namespace), r, view, now)
 	if !found.IsZero() {
 		why = fmt.Sprintf("halted since %s, as the object records; %s", found.UTC().Format(time.RFC3339), why)
 	} else {
@@ -624,7 +724,7 @@ func (c *Controller) judgeProgress(ctx context.Context, key string, obj object, 
 }
 
 // stalled says why round r could restart nothing for ProgressDeadline.
-func (c *Controller) stalled(r *round, view []livePod, now time.Time) string {
+func (c *Controller) stalled(b *namespaceBudget, r *round, view []livePod, now time.Time) string {
 	deadline := c.cfg.ProgressDeadline
 	if pod := r.blocked.Load(); pod != nil {
 		return fmt.Sprintf("the eviction of pod %s refused by a disruption budget for %s", *pod, deadline)
@@ -632,7 +732,23 @@ func (c *Controller) stalled(r *round, view []livePod, now time.Time) string {
 	if notReady := c.unavailableReplacements(r, view, now); len(notReady) > 0 {
 		return fmt.Sprintf("%d replacement(s) not Ready for %s: %s (pod %s)", len(notReady), deadline, notReady[0].why, notReady[0].name)
 	}
+	if owner, err := c.unansweredOwner(b, r); err != nil {
+		return fmt.Sprintf("the scale of %s %s got no answer that tells (%v): no pod that needs the budget goes until a read answers", owner.kind, owner.name, err)
+	}
 	return fmt.Sprintf("no pod could go unavailable for %s within MAX_UNAVAILABLE %s of the pods the owners expect, counting pods down for any reason and other rounds over the same pods", deadline, c.cfg.MaxUnavailable)
+}
+
+// unansweredOwner returns an owner round r counts whose last read got no
+// answer that tells, and that read's error; nil where none did.
+func (c *Controller) unansweredOwner(b *namespaceBudget, r *round) (ownerRef, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, uid := range slices.Sorted(maps.Keys(r.owners)) {
+		if _, err := c.owners.desired(uid); errors.Is(err, errUnanswered) {
+			return r.owners[uid], err
+		}
+	}
+	return ownerRef{}, nil
 }
 
 // setHalted marks round r (of key) halted or not, and keeps the gauge.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -238,6 +239,37 @@ func TestNewChangeWhileHaltedRestartsNotReadyFirst(t *testing.T) {
 	assert.ElementsMatch(t, []string{"web-1", "web-1-r", "web-2", "web-3", "web-4"}, deleted)
 	assert.Equal(t, []string{hashOf(t, v3)}, api.recordedHashes())
 	assert.Equal(t, 0.0, m.RoundsHalted.Value(), "the halted round gave way")
+}
+
+// TestRoundWhosePodsAnotherRoundRestartsDoesNotHalt ensures a round over
+// pods that another round of its namespace restarts, taking the budget
+// first at every wave, does not halt after PROGRESS_DEADLINE: its pods are
+// done with all the same (halted, without an index, it would look only
+// every 10 s once the budget is free).
+func TestRoundWhosePodsAnotherRoundRestartsDoesNotHalt(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 8)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		readyAfter := func(p *fakePod, d time.Duration) {
+			time.AfterFunc(d, func() { // the kubelet
+				api.mu.Lock()
+				defer api.mu.Unlock()
+				api.revision++
+				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+			})
+		}
+		api.afterDelete = func(p fakePod) { readyAfter(api.replacement(p), time.Second) }
+		rec := &fakeRecorder{}
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 3 * time.Second, Events: rec})
+		start(t, c)
+		for _, name := range []string{"cm-a", "cm-b"} {
+			handle(t, c, watch.Modified, cmSpec{name: name, uid: "uid-" + name, selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		}
+		time.Sleep(20 * time.Second) // 8 restarts a second apart, past the deadline
+		synctest.Wait()
+		assert.Len(t, api.recordedHashes(), 2, "both rounds completed")
+		assert.Subset(t, api.removedPods(), []string{"webapp-1", "webapp-2", "webapp-3", "webapp-4", "webapp-5", "webapp-6", "webapp-7", "webapp-8"})
+		assert.NotContains(t, rec.reasons(), "ConfigMap/RolloutHalted")
+	})
 }
 
 // TestPodRelabelledBetweenWavesIsLeft ensures a pod relabelled out of the
