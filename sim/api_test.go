@@ -51,8 +51,8 @@ type request struct {
 	ctx    context.Context
 	answer chan answer // buffered: the driver never waits on a client
 	at     time.Duration
-	// shows: the uids of the ConfigMaps and Secrets a LIST's answer holds.
-	shows []string
+	// shows: the ConfigMaps and Secrets a LIST's answer holds.
+	shows []sighting
 	canon string // what orders it among those pending; twins' are equal
 }
 
@@ -440,8 +440,7 @@ func (a *api) list(r *request, c key) *http.Response {
 	}
 	if c.res == "configmaps" || c.res == "secrets" {
 		for _, o := range items {
-			uid, _ := meta(o)["uid"].(string)
-			r.shows = append(r.shows, uid)
+			r.shows = append(r.shows, sightingOf(c.res, o))
 		}
 	}
 	return objectResponse(200, object{"kind": "List", "apiVersion": "v1", "metadata": m, "items": items})
@@ -593,6 +592,17 @@ func (a *api) evict(r *request, k key) *http.Response {
 	return jsonResponse(201, []byte(`{"kind":"Status","apiVersion":"v1","status":"Success","code":201}`))
 }
 
+// sighting is a ConfigMap or Secret as an answer or an event shows it.
+type sighting struct {
+	uid, data string // data: its dataKey
+	rv        uint64
+}
+
+func sightingOf(res string, o object) sighting {
+	rv, _ := strconv.ParseUint(str(meta(o), "resourceVersion"), 10, 64)
+	return sighting{uid: str(meta(o), "uid"), data: dataKey(res, str(meta(o), "namespace"), str(meta(o), "name")), rv: rv}
+}
+
 // --- watches ---
 
 // stream is one watch's body: events are queued without blocking the
@@ -622,8 +632,8 @@ type delivery struct {
 	end  error
 	// added: the uid of the pod an ADDED event of a pods watch shows.
 	added string
-	// shows: the uid of the ConfigMap or Secret an event shows.
-	shows string
+	// shows: the ConfigMap or Secret an event shows (uid "": none).
+	shows sighting
 	twin  int // answers to twin requests, delivered together (0: none)
 }
 
@@ -718,7 +728,7 @@ func (s *stream) event(typ string, o object) {
 	case typ == "ADDED" && s.c.res == "pods":
 		d.added, _ = meta(o)["uid"].(string)
 	case (typ == "ADDED" || typ == "MODIFIED") && (s.c.res == "configmaps" || s.c.res == "secrets"):
-		d.shows, _ = meta(o)["uid"].(string)
+		d.shows = sightingOf(s.c.res, o)
 	}
 }
 

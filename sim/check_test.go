@@ -66,21 +66,68 @@ func (w *world) lastChange(a annotated) time.Duration {
 }
 
 // troubled reports whether requests failed or no controller ran at some
-// time in [from, to].
+// time in [from, to], or a list that shows data changes was answered late:
+// a change may have been seen late.
 func (w *world) troubled(from, to time.Duration) bool {
 	spans := append(slices.Clone(w.downs), w.faultSpans...)
+	spans = append(spans, w.lateViews...)
 	if w.downSince >= 0 {
 		spans = append(spans, span{w.downSince, w.now()})
 	}
 	if w.faults.errRate > 0 || w.faults.lostRate > 0 {
 		spans = append(spans, span{to, to})
 	}
+	return overlaps(spans, from, to)
+}
+
+// slowed reports whether answers were held at some time in [from, to]: a
+// wait for them is no delay.
+func (w *world) slowed(from, to time.Duration) bool {
+	spans := slices.Clone(w.slowSpans)
+	if w.faults.slowRate > 0 {
+		spans = append(spans, span{to, to})
+	}
+	return overlaps(spans, from, to)
+}
+
+func overlaps(spans []span, from, to time.Duration) bool {
 	for _, s := range spans {
 		if s.from <= to && s.to >= from {
 			return true
 		}
 	}
 	return false
+}
+
+// capBucket models the controller's MAX_RESTARTS_PER_SECOND token bucket
+// (a burst of ten times the rate, full when a controller starts) from the
+// restarts it sent.
+type capBucket struct {
+	gen    int
+	tokens float64
+	at     time.Duration
+}
+
+// spend takes the token of a restart controller gen sent at at, and
+// reports whether it was the cap's last: the next restart, of any round,
+// waits for its turn. docs/operations.md: the cap is "across all objects",
+// turns are "taken in the order restarts ask", and "a Ready pod waits for
+// its turn": while the cap is spent, a round whose turn is behind other
+// namespaces' restarts waits for the cap, not by a delay of its own, so
+// such a restart is progress for every round (checkPrompt).
+func (b *capBucket) spend(setting string, gen int, at time.Duration) bool {
+	rate, err := strconv.Atoi(setting)
+	if err != nil || rate <= 0 {
+		return false
+	}
+	burst := float64(10 * rate)
+	if gen != b.gen {
+		*b = capBucket{gen: gen, tokens: burst, at: at}
+	}
+	b.tokens = min(burst, b.tokens+float64(rate)*(at-b.at).Seconds())
+	b.at = at
+	b.tokens--
+	return b.tokens < 1
 }
 
 // controllerDeletes is told of every deletion or eviction of a pod the
@@ -100,14 +147,19 @@ func (w *world) controllerDeletes(r *request, k key) {
 	}
 	w.logf("truth: controller %d restarts %s/%s (%s, Ready %v, sent at %.3fs)", r.conn.gen, p.ns, p.name, p.uid, p.ready, r.at.Seconds())
 	p.restartSent, p.restarted = r.at, true
+	paced := w.tokens.spend(w.env["MAX_RESTARTS_PER_SECOND"], r.conn.gen, r.at)
 	for k, since := range w.waitSince {
-		if since >= 0 && strings.Contains(k, "/"+p.ns+"/") {
+		if since >= 0 && (paced || strings.Contains(k, "/"+p.ns+"/")) {
 			delete(w.waitSince, k) // a restart is progress
 		}
 	}
 	if len(sel) == 0 {
 		if w.selChanged[k.ns] >= r.at {
 			w.note("selection changed while the request was in flight")
+			return
+		}
+		if w.selWriteUnseen(k.ns, r.conn.gen, r.at) {
+			w.note("selection changed, not yet shown to the controller that sent the request")
 			return
 		}
 		w.violate("bystander", "%s/%s deleted though no object selects it (labels %v)", p.ns, p.name, p.labels)
@@ -137,17 +189,27 @@ func (w *world) controllerDeletes(r *request, k key) {
 }
 
 // adoptedAsIs reports whether a controller adopts a's data as it is now:
-// a was created again while no controller ran (docs/design.md, Decisions:
-// re-created ConfigMaps), or its namespace was out from the start and a
-// last changed before it first opted in (docs/operations.md: a namespace
-// that opts in later has its objects adopted as they are then), and a has
-// not changed since. Its pods are owed no restart for that data, and no
-// round of it has a budget to keep, as none has for an object whose pods
-// run its data.
+// a was created again while no controller ran, or with its namespace out
+// at some time since its deletion (docs/design.md, Decisions: re-created
+// ConfigMaps; an opted-out namespace's tombstones are not kept), and a has
+// not changed since; or a was created again while its namespace was out
+// and has not changed since it opted in again, or its namespace was out
+// from the start and a last changed before it first opted in
+// (docs/operations.md: a namespace that opts in later has its objects
+// that carry no record adopted as they are then). Its pods are owed no
+// restart for that data, and no round of it has a budget to keep, as none
+// has for an object whose pods run its data.
 func (w *world) adoptedAsIs(a annotated) bool {
 	last := w.lastChange(a)
-	if at, ok := w.adoptedWhileDown[dataKey(a.kind, a.ns, a.name)]; ok && at == last {
-		return true
+	if at, ok := w.adoptedRecreated[dataKey(a.kind, a.ns, a.name)]; ok {
+		for _, s := range w.outSpans[a.ns] {
+			if at >= s.from && at <= s.to {
+				at = s.to // created while out: adopted as it is at the opt-in
+			}
+		}
+		if last <= at {
+			return true
+		}
 	}
 	spans := w.outSpans[a.ns]
 	return w.initialOut[a.ns] && len(spans) > 0 && last <= spans[0].to
@@ -176,8 +238,10 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 	for _, a := range sel {
 		last := w.lastChange(a)
 		switch {
-		case p.created >= last && p.created-last < 2*time.Second:
+		case p.created >= last && w.createdUnseen(a, p, gen):
 			return "created between a change and the controller seeing it"
+		case p.created >= last && p.created-last < 2*time.Second && w.ownBound(p.ns, gen, last):
+			return "created after the controller saw the change, before its round's own bound (an eviction, no index, a round's LIST)"
 		case p.created >= last && w.troubled(last, p.created):
 			return "created between a change and the controller seeing it, while requests failed"
 		case p.created >= last && w.outAt(a.ns, p.created):
@@ -190,7 +254,7 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 		}
 		for _, at := range w.lostAt {
 			if at >= last && at <= p.created {
-				return "replacement of a pod whose deletion's answer was lost"
+				return "replacement of a pod whose deletion's answer was lost or late"
 			}
 		}
 		if w.storm(a) {
@@ -203,6 +267,79 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 		return "pod first seen by the index in a list: counted as created before any change"
 	}
 	return ""
+}
+
+// outBetween reports whether namespace ns was out at some time from from
+// to to, or is out now.
+func (w *world) outBetween(ns string, from, to time.Duration) bool {
+	if w.consent && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true" {
+		return true
+	}
+	for _, s := range w.outSpans[ns] {
+		if s.from <= to && s.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// createdUnseen reports whether p was created before controller gen was
+// first shown a's data of its last change (by a watch event or a list):
+// before it saw the change. The server's deliveries are the ground truth
+// of that moment, as docs/design.md has it ("normally the watch's few
+// milliseconds"), not a guess at the watch's latency.
+func (w *world) createdUnseen(a annotated, p *pod, gen int) bool {
+	d := w.datas[dataKey(a.kind, a.ns, a.name)]
+	for _, s := range w.sightings[fmt.Sprintf("%s/%d", dataKey(a.kind, a.ns, a.name), gen)] {
+		if s.rv >= d.rv {
+			return p.created <= s.at
+		}
+	}
+	return true
+}
+
+// ownBound reports whether a pod created after controller gen saw a change
+// may still be counted before it (docs/design.md, "What the model cannot
+// see"): where no DELETE's answer tells (evictions), or the round lists
+// its pods (no index, or a LIST of ns since the change), its own bound,
+// taken when it began, decides.
+func (w *world) ownBound(ns string, gen int, since time.Duration) bool {
+	if w.env["RESTART_STRATEGY"] == "evict" || w.env["POD_INDEX"] != "true" {
+		return true
+	}
+	for _, l := range w.podLists {
+		if l.gen == gen && (l.ns == ns || l.ns == "") && l.at >= since {
+			return true
+		}
+	}
+	return false
+}
+
+// selWriteUnseen reports whether an object of namespace ns still there
+// had its selector written, at its last such write, before at and the
+// server had not shown that write to controller gen by then (a watch cut,
+// an answer held): the controller decided on the selection it was shown,
+// and the pod's own preconditions (uid, resourceVersion) cannot tell it
+// of a write to another object. A write shown at the very instant the
+// request was sent may have come after it.
+func (w *world) selWriteUnseen(ns string, gen int, at time.Duration) bool {
+	for dk, wr := range w.selWrites {
+		d := w.datas[dk]
+		if d == nil || d.ns != ns || w.api.get(key{d.kind, d.ns, d.name}) == nil {
+			continue
+		}
+		shown := false
+		for _, s := range w.sightings[fmt.Sprintf("%s/%d", dk, gen)] {
+			if s.rv >= wr.rv && s.at < at {
+				shown = true
+				break
+			}
+		}
+		if !shown {
+			return true
+		}
+	}
+	return false
 }
 
 // outAt reports whether namespace ns had opted out at time t.
@@ -355,8 +492,8 @@ func (w *world) checkConverged() {
 // than a's last, "" if none.
 func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
-	if _, ok := w.adoptedWhileDown[dk]; ok {
-		return "object deleted or created again while no controller ran: adopted"
+	if _, ok := w.adoptedRecreated[dk]; ok {
+		return "object deleted or created again while no controller ran, or while its namespace was out: adopted"
 	}
 	for _, under := range w.recreatedUnder[dk] {
 		if !w.shownTo[under] {
@@ -382,19 +519,21 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 	return ""
 }
 
-// checkPrompt, every second: no round waits more than 2 s while a pod it
-// waits for is Ready and every budget that counts it allows its restart.
+// checkPrompt, every second: no round waits more than 3 s (one that may be
+// halted without an index, 13 s: haltedLook) while a pod it waits for is
+// Ready and every budget that counts it allows its restart.
 // Judged only where the ground truth can tell: objects selecting by labels
 // alone, a controller running for 20 s with no fault meanwhile, its watches
-// open, no bad data in the namespace, no storm, no SETTLE wait, no change in
-// the last 2 s, no DaemonSet node lost within the window noteNodeLost says.
+// open, no bad data in the namespace, no freeze (frozen), no storm, no
+// SETTLE wait (settledSince), no change in the last 2 s, no DaemonSet node
+// lost within the window noteNodeLost says.
 func (w *world) checkPrompt() {
 	if w.waitSince == nil {
 		w.waitSince = map[string]time.Duration{}
 	}
 	now := w.now()
 	settle, _ := time.ParseDuration(w.env["SETTLE"])
-	calm := w.proc != nil && now-w.procSince >= 20*time.Second && !w.troubled(now-20*time.Second, now)
+	calm := w.proc != nil && now-w.procSince >= 20*time.Second && !w.troubled(now-20*time.Second, now) && !w.slowed(now-20*time.Second, now)
 	for _, ns := range w.nss {
 		objs := w.annotatedObjects(ns)
 		bad := false
@@ -404,7 +543,7 @@ func (w *world) checkPrompt() {
 		for _, a := range objs {
 			k := dataKey(a.kind, a.ns, a.name)
 			estimating := now < w.nodeLost[ns]
-			if !calm || bad || a.sel == nil || a.byRef || w.storm(a) || now-w.lastChange(a) < settle+2*time.Second || !w.viewsStream(a) || estimating {
+			if !calm || bad || w.frozen(a) || a.sel == nil || a.byRef || w.storm(a) || now-w.settledSince(a, objs, settle) < settle+2*time.Second || !w.viewsStream(a) || estimating {
 				delete(w.waitSince, k)
 				continue
 			}
@@ -425,12 +564,99 @@ func (w *world) checkPrompt() {
 			switch {
 			case !ok:
 				w.waitSince[k] = now
-			case now-since > 3*time.Second && since >= 0:
+			case now-since > 3*time.Second+w.haltedLook(a) && since >= 0:
 				w.violate("prompt", "the round of %s waited %.1fs while %s/%s was Ready, not on its data, and every budget allowed its restart", k, (now - since).Seconds(), ready.ns, ready.name)
 				w.waitSince[k] = -1 // said once
 			}
 		}
 	}
+}
+
+// settledSince is when the SETTLE wait of a's round began: a's last
+// change or, with SETTLE, the last change of an object of its namespace
+// (objs) that selects a pod a selects. docs/operations.md: "a round's
+// first restart waits until no annotated object of its namespace
+// selecting any of its pods has changed for SETTLE". The ground truth
+// cannot tell whether a's round has sent its first restart (another
+// round's restarts of the same pods look alike), so the wait counts
+// until then.
+func (w *world) settledSince(a annotated, objs []annotated, settle time.Duration) time.Duration {
+	last := w.lastChange(a)
+	if settle <= 0 {
+		return last
+	}
+	for _, b := range objs {
+		if w.lastChange(b) <= last {
+			continue
+		}
+		for _, p := range w.alivePods() {
+			if w.selects(a, p) && w.selects(b, p) {
+				last = w.lastChange(b)
+				break
+			}
+		}
+	}
+	return last
+}
+
+// haltedLook is the longer wait of a round that may be halted: without a
+// pod index, a halted round looks every 10 s, not every second
+// (docs/design.md, waves: "halts, which changes ... without an index, how
+// often it looks (every 10 s)"), and it stays halted until a restart of
+// its own.
+func (w *world) haltedLook(a annotated) time.Duration {
+	if w.env["POD_INDEX"] != "false" || !w.mayBeHalted(a) {
+		return 0
+	}
+	return 10 * time.Second
+}
+
+// mayBeHalted reports whether a's round may be halted: since a's last
+// change, no pod a selects was restarted (by any round: one whose pods
+// another restarts does not halt) for PROGRESS_DEADLINE. The ground truth
+// cannot tell a restart of its own from another round's, so any such
+// stall counts.
+func (w *world) mayBeHalted(a annotated) bool {
+	deadline, err := time.ParseDuration(w.env["PROGRESS_DEADLINE"])
+	if err != nil {
+		return false
+	}
+	last := w.lastChange(a)
+	sent := []time.Duration{last, w.now()}
+	for _, wl := range w.wls {
+		for _, p := range wl.pods {
+			if p.restarted && p.restartSent >= last && p.ns == a.ns && w.selects(a, p) {
+				sent = append(sent, p.restartSent)
+			}
+		}
+	}
+	slices.Sort(sent)
+	for i := 1; i < len(sent); i++ {
+		if sent[i]-sent[i-1] >= deadline {
+			return true
+		}
+	}
+	return false
+}
+
+// frozen reports whether a's round may be halted while a replacement of
+// it is not available: docs/design.md, waves: "while its own replacements
+// are not available it restarts nothing (a freeze)", until they are or a
+// new change comes. A pod a selects, created since a's last change and
+// crash-looping, may be such a replacement (on another object's bad data,
+// which may since be gone: deleted, not fixed, it brings no pod back), so
+// the round's wait is the freeze, not a delay.
+func (w *world) frozen(a annotated) bool {
+	if !w.mayBeHalted(a) {
+		return false
+	}
+	last := w.lastChange(a)
+	for _, p := range w.alivePods() {
+		if p.bad && p.created >= last && w.selects(a, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // noteNodeLost notes the wait that node of wl lost explains in its

@@ -58,6 +58,10 @@ func (w *world) podObject(p *pod) object {
 	}
 	container := map[string]any{"name": "app", "image": "app", "env": env, "envFrom": envFrom}
 	spec := map[string]any{"containers": []any{container}, "volumes": volumes}
+	if p.wl.kind == "DaemonSet" {
+		// Bound at creation (a ReplicaSet's pods' nodes are not modelled).
+		spec["nodeName"] = fmt.Sprintf("node-%d", p.node)
+	}
 	if initEnvFrom != nil {
 		spec["initContainers"] = []any{map[string]any{"name": "init", "image": "init", "envFrom": initEnvFrom}}
 	}

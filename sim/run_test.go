@@ -19,6 +19,7 @@ import (
 
 	"github.com/k8spatterns/config-watcher/internal/app"
 	"github.com/k8spatterns/config-watcher/internal/testlog"
+	"github.com/k8spatterns/config-watcher/selector"
 )
 
 // The driver: it answers pending requests in an order the seed picks, runs
@@ -35,6 +36,9 @@ type process struct {
 	err    error
 	wiring app.Wiring    // set by the process as it starts
 	ended  time.Duration // when it was killed or exited
+	// counts: its counters at the instant of its SIGKILL, after which no
+	// code of a real process runs (nil: read them at the end).
+	counts map[string]float64
 }
 
 // startController starts a controller process, wired as the program is.
@@ -65,6 +69,9 @@ func (w *world) kill() {
 	p := w.proc
 	if p == nil {
 		return
+	}
+	if p.wiring.Metrics != nil {
+		p.counts = scrape(p.wiring.Metrics)
 	}
 	w.api.mu.Lock()
 	p.conn.dead = true
@@ -112,10 +119,15 @@ func (w *world) reap(restart bool) {
 }
 
 // fate is what the faults in force do to one request: fail it with code
-// (0: none), or lose its answer.
+// (0: none), lose its answer after the server acted (as a broken
+// connection, or, gateway, as a proxy's 504), or hold its answer back for
+// delay after the server acted: watchers and the owners' controllers see
+// the effect at once, the client its answer later.
 type fate struct {
-	code int
-	lost bool
+	code    int
+	lost    bool
+	gateway bool
+	delay   time.Duration
 }
 
 // drawFate draws a request's fate.
@@ -126,21 +138,37 @@ func (w *world) drawFate(r *request) fate {
 	if w.chance(w.faults.errRate) {
 		return fate{code: pick(w, []int{500, 503, 504})}
 	}
-	return fate{lost: w.chance(w.faults.lostRate)}
+	if w.chance(w.faults.lostRate) {
+		return fate{lost: true, gateway: w.chance(0.5)}
+	}
+	if w.chance(w.faults.slowRate) {
+		// Most within the wait docs/design.md gives an answer (lateAnswer),
+		// some beyond it.
+		return fate{delay: w.between(50*time.Millisecond, 800*time.Millisecond)}
+	}
+	return fate{}
 }
 
-// answer serves one request, or fails it as its fate says.
-func (w *world) answer(r *request, f fate) {
+// lateAnswer is how long a round waits for a DELETE's answer that its
+// cutoff needs (docs/design.md, "half a second at most"): a restart too
+// many is allowed only where an answer came later than that.
+const lateAnswer = 500 * time.Millisecond
+
+// answer serves one request, or fails it as its fate says, and returns
+// its answer (false: none, the client gave up).
+func (w *world) answer(r *request, f fate) (answer, bool) {
 	if r.ctx.Err() != nil {
 		w.logf("api: %d %s: the client gave up", r.conn.gen, r)
-		return
+		return answer{}, false
 	}
 	watch := r.query.Get("watch") == "true"
+	if rt, ok := parse(r.path); ok && rt.k.res == "pods" && rt.k.name == "" && r.method == http.MethodGet && !watch && r.query.Get("limit") != "1" {
+		w.podLists = append(w.podLists, podList{gen: r.conn.gen, ns: rt.k.ns, at: w.now()})
+	}
 	if code := f.code; code != 0 {
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
 		w.requestCause(r, code, true)
-		w.reply(r, answer{resp: status(code, "InternalError", "sim: fault")})
-		return
+		return answer{resp: status(code, "InternalError", "sim: fault")}, true
 	}
 	lost := f.lost
 	w.serving = r
@@ -152,25 +180,66 @@ func (w *world) answer(r *request, f fate) {
 			w.eventPosted(r)
 		}
 	}
-	if lost {
-		w.logf("api: %d %s -> %d, answer lost (fault)", r.conn.gen, r, resp.StatusCode)
-		if r.method == http.MethodDelete || strings.HasSuffix(r.path, "/eviction") {
+	deletes := r.method == http.MethodDelete || strings.HasSuffix(r.path, "/eviction")
+	switch {
+	case lost:
+		if deletes {
 			w.lostAt = append(w.lostAt, w.now())
 		}
-		w.reply(r, answer{err: errors.New("sim: connection reset by peer")})
-		return
+		if f.gateway {
+			w.logf("api: %d %s -> %d, answered 504 by a proxy (fault)", r.conn.gen, r, resp.StatusCode)
+			return answer{resp: status(http.StatusGatewayTimeout, "Timeout", "sim: the proxy timed out")}, true
+		}
+		w.logf("api: %d %s -> %d, answer lost (fault)", r.conn.gen, r, resp.StatusCode)
+		return answer{err: errors.New("sim: connection reset by peer")}, true
+	case f.delay > 0:
+		w.logf("api: %d %s -> %d, answer held %s (fault)", r.conn.gen, r, resp.StatusCode, f.delay.Round(time.Millisecond))
+		if deletes && f.delay > lateAnswer {
+			w.lostAt = append(w.lostAt, w.now())
+		}
+		if r.method == http.MethodGet && dataCollection(r.path) {
+			w.lateViews = append(w.lateViews, span{w.now(), w.now() + f.delay})
+		}
+		return answer{resp: resp}, true
 	}
 	if !watch && !(r.method == http.MethodGet && w.quietGets) {
 		w.logf("api: %d %s -> %d", r.conn.gen, r, resp.StatusCode)
 	} else if watch {
 		w.logf("api: %d %s -> watch", r.conn.gen, r)
 	}
-	w.reply(r, answer{resp: resp})
+	return answer{resp: resp}, true
 }
 
-// reply queues r's answer for delivery.
-func (w *world) reply(r *request, a answer) {
-	w.api.outbox = append(w.api.outbox, &delivery{r: r, ans: a})
+// dataCollection reports whether path names what a controller sees a data
+// change through: ConfigMaps, Secrets, Namespaces.
+func dataCollection(path string) bool {
+	for _, res := range []string{"/configmaps", "/secrets", "/namespaces"} {
+		if strings.HasSuffix(path, res) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply queues answers for delivery: twins' together, at once or, held,
+// after delay.
+func (w *world) reply(ds []*delivery, delay time.Duration) {
+	if len(ds) > 1 {
+		w.twins++
+		for _, d := range ds {
+			d.twin = w.twins
+		}
+	}
+	if delay == 0 {
+		w.api.outbox = append(w.api.outbox, ds...)
+		return
+	}
+	w.after(delay, "held answer", func() {
+		for _, d := range ds {
+			w.logf("api: %d %s: held answer delivered", d.r.conn.gen, d.r)
+		}
+		w.api.outbox = append(w.api.outbox, ds...)
+	})
 }
 
 // deliver hands over one queued delivery the seed picks: an answer, or the
@@ -204,8 +273,8 @@ func (w *world) deliver() {
 	switch {
 	case d.r != nil:
 		if d.ans.err == nil {
-			for _, uid := range d.r.shows {
-				w.shownTo[fmt.Sprintf("%s/%d", uid, d.r.conn.gen)] = true
+			for _, sg := range d.r.shows {
+				w.sighted(sg, d.r.conn.gen)
 			}
 		}
 		d.r.answer <- d.ans
@@ -214,11 +283,21 @@ func (w *world) deliver() {
 		if d.added != "" {
 			w.addedTo[fmt.Sprintf("%s/%d", d.added, d.s.conn.gen)] = true
 		}
-		if d.shows != "" {
-			w.shownTo[fmt.Sprintf("%s/%d", d.shows, d.s.conn.gen)] = true
+		if d.shows.uid != "" {
+			w.sighted(d.shows, d.s.conn.gen)
 		}
 	default:
 		d.s.finish(d.end)
+	}
+}
+
+// sighted notes that controller gen was shown sg: the object, and, the
+// first time it shows a later revision, when (createdUnseen).
+func (w *world) sighted(sg sighting, gen int) {
+	w.shownTo[fmt.Sprintf("%s/%d", sg.uid, gen)] = true
+	k := fmt.Sprintf("%s/%d", sg.data, gen)
+	if s := w.sightings[k]; len(s) == 0 || s[len(s)-1].rv < sg.rv {
+		w.sightings[k] = append(s, sightingAt{rv: sg.rv, at: w.now()})
 	}
 }
 
@@ -256,18 +335,14 @@ func (w *world) loop(limit time.Duration, done func() bool) {
 		}
 		w.rng.Shuffle(len(groups), func(i, j int) { groups[i], groups[j] = groups[j], groups[i] })
 		for _, g := range groups {
-			f, from := w.drawFate(g[0]), len(w.api.outbox)
+			f := w.drawFate(g[0])
+			var ds []*delivery
 			for _, r := range g {
-				w.answer(r, f)
-			}
-			if len(g) > 1 {
-				w.twins++
-				for _, d := range w.api.outbox[from:] {
-					if d.r != nil {
-						d.twin = w.twins
-					}
+				if a, ok := w.answer(r, f); ok {
+					ds = append(ds, &delivery{r: r, ans: a})
 				}
 			}
+			w.reply(ds, f.delay)
 		}
 		if len(w.api.outbox) > 0 {
 			w.deliver()
@@ -349,7 +424,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedWhileDown: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, selChanged: map[string]time.Duration{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, nodeLost: map[string]time.Duration{}, downSince: -1}
+		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, nodeLost: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -497,6 +572,29 @@ func (w *world) drawSelector(names []string) string {
 		return "app in (" + a + "," + b + ")"
 	default:
 		return "app=" + pick(w, names)
+	}
+}
+
+// setSelector writes (set) or removes the selector annotation of the data
+// object at k, a selection edit.
+func (w *world) setSelector(k key, sel string, set bool) {
+	o := clone(w.api.get(k))
+	ann, _ := meta(o)["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		meta(o)["annotations"] = ann
+	}
+	if set {
+		ann[selectorAnnotation] = sel
+		w.logf("world: %s %s/%s selector now %q", k.res, k.ns, k.name, sel)
+	} else {
+		delete(ann, selectorAnnotation)
+		w.logf("world: %s %s/%s selector removed", k.res, k.ns, k.name)
+	}
+	w.selChanged[k.ns] = w.now()
+	w.selectionEdit(k.ns, func() { w.api.put(k, o) })
+	if now := w.api.get(k); now != nil {
+		w.selWrites[dataKey(k.res, k.ns, k.name)] = sightingOf(k.res, now)
 	}
 }
 
@@ -713,8 +811,8 @@ func (w *world) generate() {
 		}},
 		{3, "selector edit", func() {
 			d := pick(w, w.dataObjects())
-			o := w.api.get(key{d.kind, d.ns, d.name})
-			if o == nil {
+			k := key{d.kind, d.ns, d.name}
+			if w.api.get(k) == nil {
 				return
 			}
 			var names []string
@@ -723,17 +821,59 @@ func (w *world) generate() {
 					names = append(names, wl.name)
 				}
 			}
-			o = clone(o)
-			ann, _ := meta(o)["annotations"].(map[string]any)
-			if ann == nil {
-				ann = map[string]any{}
-				meta(o)["annotations"] = ann
+			w.setSelector(k, w.drawSelector(names), true)
+		}},
+		{3, "bad selector", func() {
+			// A user writes a selector the product refuses (README,
+			// "Only what consented" and "Nothing else is deleted"), then
+			// sets back the one it had: until then no pod is the
+			// object's, and a change still pending is acted on once
+			// fixed (docs/operations.md, ConfigWatcherInvalidSelector).
+			d := pick(w, w.dataObjects())
+			k := key{d.kind, d.ns, d.name}
+			o := w.api.get(k)
+			if o == nil {
+				return
 			}
-			sel := w.drawSelector(names)
-			ann[selectorAnnotation] = sel
-			w.selChanged[d.ns] = w.now()
-			w.logf("world: %s %s/%s selector now %s", d.kind, d.ns, d.name, sel)
-			w.selectionEdit(d.ns, func() { w.api.put(key{d.kind, d.ns, d.name}, o) })
+			old, had := annotationsOf(o)[selectorAnnotation]
+			if had {
+				if _, err := selector.Parse(old); err != nil {
+					return // already refused
+				}
+			} else if annotationsOf(o)[byRefAnnotation] != "true" {
+				return // not annotated: a selector would opt it in
+			}
+			// The pods selected until now stay owed the data changed
+			// meanwhile: the fix excuses only the ones it adds.
+			ok := d.kind + "/" + d.name
+			owed := map[*pod]map[string]string{}
+			for _, a := range w.annotatedObjects(d.ns) {
+				for _, p := range w.alivePods() {
+					if a.kind+"/"+a.name == ok && w.selects(a, p) {
+						owed[p] = p.excused[ok]
+					}
+				}
+			}
+			bad := pick(w, []string{"app in (web", "", "!app", "tier", "pod-template-hash", "app=web,"})
+			w.setSelector(k, bad, true)
+			w.addCause(causeBadSel, "")
+			w.after(w.between(2*time.Second, 30*time.Second), "selector fixed", func() {
+				if w.api.get(k) == nil {
+					return
+				}
+				if had {
+					w.setSelector(k, old, true)
+				} else {
+					w.setSelector(k, "", false)
+				}
+				for p, e := range owed {
+					if e == nil {
+						delete(p.excused, ok)
+					} else {
+						p.excused[ok] = e
+					}
+				}
+			})
 		}},
 		{3, "re-create", func() {
 			d := pick(w, w.dataObjects())
@@ -774,7 +914,14 @@ func (w *world) generate() {
 				case w.proc == nil || w.procSince > deleted:
 					// No controller that saw the old object runs: the
 					// one that comes sees the new one first.
-					w.adoptedWhileDown[dk] = w.now()
+					w.adoptedRecreated[dk] = w.now()
+				case w.outBetween(d.ns, deleted, w.now()):
+					// The controller keeps nothing of a namespace while
+					// it is out, the old object's tombstone included
+					// (docs/design.md, what the model cannot see): it
+					// sees the new one first, with no record, and adopts
+					// it (Decisions: adoption), as one started then would.
+					w.adoptedRecreated[dk] = w.now()
 				default:
 					// The controller that runs may not have seen the
 					// old object yet either (its first list not
@@ -821,6 +968,16 @@ func (w *world) generate() {
 				w.faults.lostRate = 0
 				w.faultSpans = append(w.faultSpans, span{from, w.now()})
 				w.logf("fault: lost answers end")
+			})
+		}},
+		{3, "slow answers", func() {
+			w.faults.slowRate = 0.5
+			w.logf("fault: half the answers held after the server acted")
+			from := w.now()
+			w.after(w.between(3*time.Second, 20*time.Second), "slow answers end", func() {
+				w.faults.slowRate = 0
+				w.slowSpans = append(w.slowSpans, span{from, w.now()})
+				w.logf("fault: slow answers end")
 			})
 		}},
 		{3, "watch cut", func() {
@@ -905,7 +1062,7 @@ func (w *world) setConsent(ns string, in bool) {
 // quiet time.
 func (w *world) heal() {
 	w.logf("event: heal")
-	w.faults.errRate, w.faults.lostRate = 0, 0
+	w.faults.errRate, w.faults.lostRate, w.faults.slowRate = 0, 0, 0
 	for _, d := range w.dataObjects() {
 		cur := w.dataOf(d.kind, d.ns, d.name)
 		if cur != nil && hasBad(cur) {

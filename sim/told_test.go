@@ -33,15 +33,16 @@ type cause struct {
 
 // Cause kinds.
 const (
-	causeFault     = "fault"      // a 5xx injected or an answer lost
-	causeRefused   = "refused"    // the server answered 4xx (a conflict, a precondition, gone, not found...)
-	causeScaleRead = "scale read" // a fault or a refusal on a scale read or the discovery it needs
-	causeBad       = "bad data"   // a value that crash-loops the pods that read it
-	causeStorm     = "storm"      // more than STORM_CHANGES changes within STORM_WINDOW
-	causeUnready   = "unready"    // a pod made not Ready or gone by the world: a blip, a node lost, a pod deleted, a scale
-	causeDown      = "down"       // a controller killed or stopped
-	causeWatchCut  = "watch cut"  // every watch cut, or compacted
-	causeRecreated = "re-created" // a data object deleted and created again
+	causeFault     = "fault"        // a 5xx injected or an answer lost
+	causeRefused   = "refused"      // the server answered 4xx (a conflict, a precondition, gone, not found...)
+	causeScaleRead = "scale read"   // a fault or a refusal on a scale read or the discovery it needs
+	causeBad       = "bad data"     // a value that crash-loops the pods that read it
+	causeStorm     = "storm"        // more than STORM_CHANGES changes within STORM_WINDOW
+	causeUnready   = "unready"      // a pod made not Ready or gone by the world: a blip, a node lost, a pod deleted, a scale
+	causeDown      = "down"         // a controller killed or stopped
+	causeWatchCut  = "watch cut"    // every watch cut, or compacted
+	causeRecreated = "re-created"   // a data object deleted and created again
+	causeBadSel    = "bad selector" // a selector the product refuses, written by the world
 )
 
 // warningCauses is the one table of what may explain each Warning Event
@@ -54,18 +55,21 @@ var warningCauses = map[string][]string{
 	// failing, or the budget held by other rounds over pods made not Ready.
 	"RolloutHalted":        {causeBad, causeUnready, causeFault, causeRefused, causeDown, causeStorm},
 	"ReplacementsNotReady": {causeBad, causeUnready, causeFault, causeDown},
-	// A scale read that failed (checked against the owner the message names).
+	// A scale read that failed, or got no answer that tells (checked
+	// against the owner the message names).
 	"ExpectedPodsEstimated": {causeScaleRead},
+	"ExpectedPodsUnknown":   {causeScaleRead},
 	"RestartFailed":         {causeFault, causeRefused, causeDown},
 	"ChangeStorm":           {causeStorm},
 	// A Secret created again finds the state ConfigMap of the one before
 	// (the simulated cluster has no garbage collector): not written for it.
 	"WriteRefused":   {causeRecreated},
 	"StateUntrusted": {causeRecreated},
-	// The workload writes valid selectors and annotations, never touches
-	// the state ConfigMaps, and RBAC and admission refuse nothing.
+	// A selector written invalid, empty or too broad (its fix comes
+	// later); the workload writes restartReferencingPods valid, never
+	// touches the state ConfigMaps, and RBAC and admission refuse nothing.
+	"InvalidSelector":   {causeBadSel},
 	"InvalidAnnotation": nil,
-	"InvalidSelector":   nil,
 	"IntentTooLarge":    nil,
 	"StateRemoved":      nil,
 }
@@ -79,6 +83,7 @@ var failureCauses = map[string][]string{
 	`config_watcher_replacements_not_ready_total`:                   warningCauses["ReplacementsNotReady"],
 	`config_watcher_owner_reads_failed_total{result="error"}`:       warningCauses["ExpectedPodsEstimated"],
 	`config_watcher_owner_reads_failed_total{result="forbidden"}`:   warningCauses["ExpectedPodsEstimated"],
+	`config_watcher_owner_reads_failed_total{result="unanswered"}`:  warningCauses["ExpectedPodsUnknown"],
 	`config_watcher_invalid_selectors_total`:                        warningCauses["InvalidSelector"],
 	`config_watcher_skipped_objects_total`:                          nil,
 	`config_watcher_state_untrusted_total`:                          warningCauses["StateUntrusted"],
@@ -87,6 +92,7 @@ var failureCauses = map[string][]string{
 	`config_watcher_writes_refused_total{resource="pods/eviction"}`: nil,
 	`config_watcher_events_emitted_total{result="error"}`:           {causeFault, causeRefused, causeDown},
 	`config_watcher_reconciles_total{result="error"}`:               {causeFault, causeRefused, causeDown},
+	`config_watcher_reconciles_total{result="refused"}`:             warningCauses["InvalidSelector"],
 	`watch_starts_total{reason="error"}`:                            {causeFault, causeWatchCut, causeDown},
 	`malformed_events_total`:                                        nil,
 }
@@ -199,7 +205,11 @@ func (w *world) checkTold() {
 		if p.wiring.Metrics == nil {
 			continue
 		}
-		for sample, v := range scrape(p.wiring.Metrics) {
+		counts := p.counts
+		if counts == nil {
+			counts = scrape(p.wiring.Metrics)
+		}
+		for sample, v := range counts {
 			if v == 0 || !failureCounter.MatchString(sample) {
 				continue
 			}

@@ -84,6 +84,21 @@ type pod struct {
 type data struct {
 	kind, ns, name string
 	changes        []time.Duration // when its data changed
+	rv             uint64          // its revision at its last change
+}
+
+// sightingAt is when a controller was first shown an object at rv or later.
+type sightingAt struct {
+	rv uint64
+	at time.Duration
+}
+
+// podList is a LIST of pods a controller sent (not a limit=1 mark or
+// bound): a round's, a sweep's or the index's.
+type podList struct {
+	gen int
+	ns  string // "": all namespaces
+	at  time.Duration
 }
 
 // timer is an outside event due at a virtual time.
@@ -132,12 +147,13 @@ type world struct {
 	checks   checks
 
 	faults struct {
-		errRate, lostRate float64
+		errRate, lostRate, slowRate float64
 	}
 	proc             *process
 	stopping         *process // SIGTERMed, not exited yet
 	procSince        time.Duration
 	waitSince        map[string]time.Duration // object -> since when a round could restart a Ready pod and did not (-1: said)
+	tokens           capBucket                // MAX_RESTARTS_PER_SECOND as the controller's restarts spend it
 	serving          *request                 // the request being served, if any
 	lostAt           []time.Duration
 	quietGets        bool // GETs left out of the trace
@@ -150,15 +166,20 @@ type world struct {
 	initialOut       map[string]bool     // namespaces that never opted in
 	outSince         map[string]time.Duration
 	outSpans         map[string][]span        // when a namespace was opted out
-	adoptedWhileDown map[string]time.Duration // objects deleted or created again while no controller ran: when created
+	adoptedRecreated map[string]time.Duration // objects deleted or created again while no controller ran, or while their namespace was out: when created
 	recreatedUnder   map[string][]string      // object -> "old uid/controller gen" of each re-creation while that controller ran
 	shownTo          map[string]bool          // "object uid/controller gen": a list or watch of that controller showed the ConfigMap or Secret
+	sightings        map[string][]sightingAt  // "kind/ns/name/controller gen": when that controller was first shown each later revision
+	podLists         []podList
 	procs            []*process
 	gens             int
 	downSince        time.Duration // the controller not running since (-1: running)
 	downs            []span        // when no controller ran
 	faultSpans       []span        // when requests failed or answers were lost
+	slowSpans        []span        // when answers were held after the server acted
+	lateViews        []span        // a list of ConfigMaps, Secrets or Namespaces: from its effect to its held answer
 	selChanged       map[string]time.Duration
+	selWrites        map[string]sighting      // "kind/ns/name": the last write that changed the object's selector, as the revision it made
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
 	nodeLost         map[string]time.Duration // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
@@ -262,7 +283,7 @@ func (w *world) setData(kind, ns, name string, d map[string]string) {
 	o["data"] = encodeData(kind, d)
 	w.api.put(k, o)
 	dd := w.datas[dataKey(kind, ns, name)]
-	dd.changes = append(dd.changes, w.now())
+	dd.changes, dd.rv = append(dd.changes, w.now()), w.api.rv
 }
 
 // createData creates a data object with its annotations.
@@ -295,7 +316,7 @@ func (w *world) createData(kind, ns, name string, ann map[string]string, d map[s
 	if w.datas[dk] == nil {
 		w.datas[dk] = &data{kind: kind, ns: ns, name: name}
 	}
-	w.datas[dk].changes = append(w.datas[dk].changes, w.now())
+	w.datas[dk].changes, w.datas[dk].rv = append(w.datas[dk].changes, w.now()), w.api.rv
 }
 
 // objectWritten is told of every write the controller makes; nothing in
