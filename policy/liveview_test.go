@@ -879,3 +879,58 @@ func TestViewNeverGoesBackToAnIndexBehindAList(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotNil(t, from, "caught up: the index again")
 }
+
+// TestLastLookReportsOnlyPodsLongNotReady ensures the look PROGRESS_DEADLINE
+// after a round's last restart reports a replacement only if it has not
+// been Ready for at least half that deadline: one created half a second
+// before the look (another round's replacement, a scale-up) has had no
+// time to be, and is no ReplacementsNotReady (simulator seed 247); the
+// round's own replacement, not Ready since its restart, is, on synctest's
+// clock.
+func TestLastLookReportsOnlyPodsLongNotReady(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// ownReady: the round's replacements are Ready by the look.
+		ownReady bool
+		want     string
+	}{
+		{"PodCreatedJustBeforeTheLookIsNoReport", true, ""},
+		{"ReplacementNotReadySinceTheRoundIsReported", false, "2 replacement(s) not Ready 10s after the last restart"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 2)...) // its server, a socket, outside the bubble
+			synctest.Test(t, func(t *testing.T) {
+				rec := &fakeRecorder{}
+				x, m := changedInBubbleWith(t, api, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, ProgressDeadline: 10 * time.Second, Events: rec})
+				require.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods())
+				require.Equal(t, uint64(1), m.Reconciles.Value(resultRestarted))
+				time.Sleep(9500 * time.Millisecond)
+
+				api.mu.Lock()
+				if tt.ownReady {
+					for _, name := range []string{"webapp-1r", "webapp-2r"} {
+						p := api.pods[name]
+						api.revision++
+						p.ready, p.version, p.readySince = true, api.revision, time.Now()
+						x.Handle(podEvent(t, watch.Modified, *p))
+					}
+				}
+				p := api.pods[api.addPodLocked("webapp-new", map[string]string{"app": "webapp"}).name]
+				p.owner, p.readySince = "webapp-rs", time.Now()
+				x.Handle(podEvent(t, watch.Added, *p))
+				api.mu.Unlock()
+
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.GreaterOrEqual(t, m.Reconciles.Value(resultUnchanged), uint64(1), "the look was taken")
+				if tt.want == "" {
+					assert.Empty(t, eventText(rec, "ReplacementsNotReady"))
+					assert.Zero(t, m.ReplacementsNotReady.Value())
+					return
+				}
+				assert.Contains(t, eventText(rec, "ReplacementsNotReady"), tt.want)
+				assert.Equal(t, uint64(1), m.ReplacementsNotReady.Value())
+			})
+		})
+	}
+}

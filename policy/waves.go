@@ -779,7 +779,8 @@ func (c *Controller) pruneHalted() {
 }
 
 // lastLook is a finished round's last look: ProgressDeadline after its last
-// restart, replacements that are still not Ready are reported. With
+// restart, replacements that are still not Ready, and have not been for at
+// least half of it, are reported. With
 // MAX_UNAVAILABLE=100% or a single replica no wave waits for them, and this
 // is the only signal.
 type lastLook struct {
@@ -810,9 +811,13 @@ func (c *Controller) takeLastLook(ctx context.Context, key string, obj object, s
 	if err != nil {
 		return 0, fmt.Errorf("list pods: %w", err)
 	}
+	// A pod not Ready for less than half the deadline has had no time to
+	// be: another round's replacement or a scale-up's pod created a moment
+	// ago, or a readiness blip, is not this round's data failing.
+	longNotReady := time.Now().Add(-c.cfg.ProgressDeadline / 2)
 	var notReady []livePod
 	for _, p := range live {
-		if !p.terminating && p.owned() && p.live() && !p.ready && !s.before[p.uid] {
+		if !p.terminating && p.owned() && p.live() && !p.ready && !s.before[p.uid] && !p.since.After(longNotReady) {
 			notReady = append(notReady, p)
 		}
 	}
