@@ -240,7 +240,7 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 		switch {
 		case p.created >= last && w.createdUnseen(a, p, gen):
 			return "created between a change and the controller seeing it"
-		case p.created >= last && p.created-last < 2*time.Second && w.ownBound(p.ns, gen, last):
+		case p.created >= last && w.ownBound(p.ns, gen, last, p.created):
 			return "created after the controller saw the change, before its round's own bound (an eviction, no index, a round's LIST)"
 		case p.created >= last && w.troubled(last, p.created):
 			return "created between a change and the controller seeing it, while requests failed"
@@ -298,13 +298,22 @@ func (w *world) createdUnseen(a annotated, p *pod, gen int) bool {
 	return true
 }
 
-// ownBound reports whether a pod created after controller gen saw a change
-// may still be counted before it (docs/design.md, "What the model cannot
-// see"): where no DELETE's answer tells (evictions), or the round lists
-// its pods (no index, or a LIST of ns since the change), its own bound,
-// taken when it began, decides.
-func (w *world) ownBound(ns string, gen int, since time.Duration) bool {
-	if w.env["RESTART_STRATEGY"] == "evict" || w.env["POD_INDEX"] != "true" {
+// ownBound reports whether a pod created at created, after controller gen
+// saw a change at since, may still be counted before it (docs/design.md,
+// "What the model cannot see"): without an index the round's LIST is its
+// bound, however late the round began (a selector refused until a fix);
+// with one, where no DELETE's answer tells (evictions) or the round lists
+// its pods (a LIST of ns since the change), its own bound, taken when it
+// began, decides, and a round begins within milliseconds of the change or
+// is marked (markRefused, noteSeen).
+func (w *world) ownBound(ns string, gen int, since, created time.Duration) bool {
+	if w.env["POD_INDEX"] != "true" {
+		return true
+	}
+	if created-since >= 2*time.Second {
+		return false
+	}
+	if w.env["RESTART_STRATEGY"] == "evict" {
 		return true
 	}
 	for _, l := range w.podLists {
