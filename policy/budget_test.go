@@ -23,8 +23,7 @@ func (f *fakeAPI) readyOnceListed() {
 			f.mu.Lock()
 			for _, p := range f.pods {
 				if !p.ready && p.waiting == "" && shown[p.uid] {
-					f.revision++
-					p.ready, p.version, p.readySince = true, f.revision, time.Now()
+					f.becomeReady(p)
 				}
 				shown[p.uid] = true
 			}
@@ -213,8 +212,7 @@ func TestStatefulSetSlowTerminationNeverTwoDown(t *testing.T) {
 			case p.terminating:
 				terminating[p.uid] = true
 			case !p.ready && notReady[p.uid]:
-				api.revision++
-				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				api.becomeReady(p)
 			}
 		}
 		return 0, "", false

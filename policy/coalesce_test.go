@@ -222,8 +222,7 @@ func TestChangeDuringARoundRestartsEachPodOnceForBoth(t *testing.T) {
 			}
 		}
 		if p != nil {
-			api.revision++
-			p.ready, p.version, p.readySince = true, api.revision, time.Now()
+			api.becomeReady(p)
 		}
 		api.mu.Unlock()
 		if p != nil {

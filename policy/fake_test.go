@@ -130,6 +130,13 @@ func (f *fakeAPI) client() *apiclient.Client {
 	return c
 }
 
+// becomeReady has pod p become Ready now, at the next revision, as the
+// kubelet would report it. f.mu must be held.
+func (f *fakeAPI) becomeReady(p *fakePod) {
+	f.revision++
+	p.ready, p.version, p.readySince = true, f.revision, time.Now()
+}
+
 // addPod adds a pod, as a ReplicaSet would, and returns it.
 func (f *fakeAPI) addPod(name string, labels map[string]string) fakePod {
 	f.mu.Lock()

@@ -325,8 +325,7 @@ func TestWavesWakeOnReadiness(t *testing.T) {
 			}
 		}
 		require.NotNil(t, ready)
-		api.revision++
-		ready.ready, ready.version, ready.readySince = true, api.revision, time.Now()
+		api.becomeReady(ready)
 		api.mu.Unlock()
 		x.Handle(podEvent(t, watch.Modified, *ready))
 	}
@@ -566,8 +565,7 @@ func TestWavesGoOnOnceTheScaleGoesDown(t *testing.T) {
 		// The replacements become Ready.
 		api.mu.Lock()
 		for _, p := range starting {
-			api.revision++
-			p.ready, p.version, p.readySince = true, api.revision, time.Now()
+			api.becomeReady(p)
 			x.Handle(podEvent(t, watch.Modified, *p))
 		}
 		api.mu.Unlock()
@@ -598,8 +596,7 @@ func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
 		api.mu.Lock()
 		api.owners["webapp-rs"].replicas = 5
 		p := api.pods["webapp-1r"]
-		api.revision++
-		p.ready, p.version, p.readySince = true, api.revision, time.Now()
+		api.becomeReady(p)
 		x.Handle(podEvent(t, watch.Modified, *p))
 		api.mu.Unlock()
 		synctest.Wait()
@@ -654,8 +651,7 @@ func TestReadyPodIsChosenOnlyWithItsTokenDue(t *testing.T) {
 
 				api.mu.Lock()
 				p = api.pods["webapp-1r"]
-				api.revision++
-				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				api.becomeReady(p)
 				x.Handle(podEvent(t, watch.Modified, *p))
 				api.mu.Unlock()
 				synctest.Wait()
@@ -731,8 +727,7 @@ func TestScaleReadWithoutAnAnswerRestartsNoReadyPod(t *testing.T) {
 				}
 				api.owners["webapp-rs"].replicas = 5
 				p := api.pods["webapp-1r"]
-				api.revision++
-				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				api.becomeReady(p)
 				x.Handle(podEvent(t, watch.Modified, *p))
 				api.mu.Unlock()
 				synctest.Wait()
@@ -910,8 +905,7 @@ func TestLastLookReportsOnlyPodsLongNotReady(t *testing.T) {
 				if tt.ownReady {
 					for _, name := range []string{"webapp-1r", "webapp-2r"} {
 						p := api.pods[name]
-						api.revision++
-						p.ready, p.version, p.readySince = true, api.revision, time.Now()
+						api.becomeReady(p)
 						x.Handle(podEvent(t, watch.Modified, *p))
 					}
 				}

@@ -253,8 +253,7 @@ func TestRoundWhosePodsAnotherRoundRestartsDoesNotHalt(t *testing.T) {
 			time.AfterFunc(d, func() { // the kubelet
 				api.mu.Lock()
 				defer api.mu.Unlock()
-				api.revision++
-				p.ready, p.version, p.readySince = true, api.revision, time.Now()
+				api.becomeReady(p)
 			})
 		}
 		api.afterDelete = func(p fakePod) { readyAfter(api.replacement(p), time.Second) }
