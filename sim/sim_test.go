@@ -41,7 +41,6 @@ var knownBugSeeds = map[uint64]string{
 	1446: "budget at 156.4 s: not read yet",
 	1622: "budget at 85.8 s: not read yet",
 	1687: "budget at 78.4 s: not read yet",
-	1725: "converge at 337.7 s: not read yet",
 	1811: "budget at 152.0 s: not read yet",
 }
 
