@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -551,4 +552,59 @@ func TestRoundResumedAgainOwesNoMore(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("tier=front"), recorded: hashOf(t, v1), data: v2, intent: intent})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+2 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
 	assert.Equal(t, 1, owed(), "the same intent, resumed again: nothing more owed")
+}
+
+// TestDeletedObjectsRoundHoldsNoOtherRoundsBudget ensures a round its
+// object's deletion ended keeps no other round from the pods it selected:
+// a's round over a ReplicaSet of 2 (MAX_UNAVAILABLE=50%) restarts its
+// crash-looping pod and waits, its replacement starting, to restart the
+// other; a is deleted, and b's round over those pods and 4 more restarts
+// that other pod in its first wave, within its own budget (2 of 6), as if
+// a had never been: a no longer asks anything of them.
+func TestDeletedObjectsRoundHoldsNoOtherRoundsBudget(t *testing.T) {
+	pods := append(owned("ds", 2), owned("web", 4)...)
+	pods[1].ready, pods[1].waiting = false, "CrashLoopBackOff"
+	api := newFakeAPI(t, pods...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement)
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: time.Hour, Pods: oneIndex{x: x}})
+		c.wavePoll = time.Hour
+		start(t, c)
+		a := cmSpec{name: "a", uid: "uid-cm-a", selector: ptr("app=ds"), recorded: hashOf(t, v1), data: v2}
+		handle(t, c, watch.Modified, a)
+		synctest.Wait()
+		require.Equal(t, []string{"ds-2"}, api.removedPods(), "a restarts the broken pod, and waits for its replacement to keep ds-1")
+
+		handle(t, c, watch.Deleted, a)
+		handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-cm-b", selector: ptr("app in (ds,web)"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		assert.Contains(t, api.removedPods(), "ds-1", "b's first wave: 5 of 6 available, 3 may be unavailable")
+	})
+}
+
+// TestDeletedObjectsRoundWakesTheRoundsItHeldBack ensures a round waiting
+// only on the budget of another object's round goes on as soon as that
+// object is deleted, not at its next look: b's round (resumed, over ds-1
+// alone, its budget 2 of 6) waits on a's (ds-1 is the only available pod
+// of a's 2), and restarts ds-1 once a is gone.
+func TestDeletedObjectsRoundWakesTheRoundsItHeldBack(t *testing.T) {
+	pods := append(owned("ds", 2), owned("web", 4)...)
+	pods[1].ready, pods[1].waiting = false, "CrashLoopBackOff"
+	api := newFakeAPI(t, pods...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement)
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: time.Hour, Pods: oneIndex{x: x}})
+		c.wavePoll = time.Hour
+		start(t, c)
+		a := cmSpec{name: "a", uid: "uid-cm-a", selector: ptr("app=ds"), recorded: hashOf(t, v1), data: v2}
+		handle(t, c, watch.Modified, a)
+		synctest.Wait()
+		handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-cm-b", selector: ptr("app in (ds,web)"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-ds-1"})
+		synctest.Wait()
+		require.Equal(t, []string{"ds-2"}, api.removedPods(), "b waits on a's budget for ds-1")
+
+		handle(t, c, watch.Deleted, a)
+		synctest.Wait()
+		assert.Equal(t, []string{"ds-1", "ds-2"}, api.removedPods(), "b goes on at a's deletion")
+	})
 }

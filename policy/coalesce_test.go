@@ -312,6 +312,47 @@ func TestChangeSeenWhileRefusedLeavesPodsCreatedBeforeTheFix(t *testing.T) {
 	assert.Zero(t, m.Reconciles.Value(resultError))
 }
 
+// TestChangeSeenWhileEveryWorkerIsBusyLeavesPodsCreatedBeforeItsRound
+// ensures a change seen while no worker is free (here the only one writes
+// another object's record, its answer slow), with no round of the
+// namespace in progress, is marked when it is seen: a pod created before a
+// worker takes the change (a scale-up, an earlier round's replacement)
+// runs the new data, and the round restarts only the pod from before it.
+func TestChangeSeenWhileEveryWorkerIsBusyLeavesPodsCreatedBeforeItsRound(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	api := newFakeAPI(t, &fakePod{name: "web-1", uid: "uid-1", labels: web})
+	api.listsAtRevision = true
+	x := mirror(t, api, nil)
+	release, free := heldUntilFreed(t)
+	var held atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch && strings.HasSuffix(r.path, "/configmaps/other") {
+			held.Add(1)
+			<-release
+		}
+		return 0, "", false
+	}
+	c, m := newTestController(t, api.client(), withIndex(Config{RecordHash: true, Workers: 1}, x))
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{name: "other", uid: "uid-cm-other", selector: ptr("app=other")})
+	require.Eventually(t, func() bool { return held.Load() == 1 }, waitFor, time.Millisecond, "the worker writes the other object's record")
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
+	if assert.True(t, markSent(c), "the change is marked when it is seen") {
+		// Its LIST answers before the pod comes: the mark precedes it.
+		require.Eventually(t, func() bool { return markResolved(c) }, waitFor, time.Millisecond)
+	}
+	api.mu.Lock()
+	x.Handle(podEvent(t, watch.Added, api.addPodLocked("web-2", web)))
+	api.mu.Unlock()
+
+	free()
+	require.Eventually(t, func() bool { return slices.Contains(api.recordedHashes(), hashOf(t, v2)) }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-2, created after v2 was seen, runs it")
+	assert.Zero(t, m.Reconciles.Value(resultError))
+}
+
 // TestBurstRoundsDoNotWaitForOneAnothersRequests: changes of objects over
 // different pods, arriving together (the bench's burst), each seen while
 // other rounds run. A round whose pods were all there before its change was
@@ -376,6 +417,18 @@ func heldUntilFreed(t *testing.T) (release <-chan struct{}, free func()) {
 	free = func() { once.Do(func() { close(ch) }) }
 	t.Cleanup(free)
 	return ch, free
+}
+
+// markSent reports whether some change pending on c has a mark.
+func markSent(c *Controller) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.mark != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // markResolved reports whether the mark of some change pending on c has

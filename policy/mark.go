@@ -11,15 +11,18 @@ import (
 // acted on later than it was seen: its worker is busy (the same object's
 // round, its restarts in flight), or waits (SETTLE). Meanwhile that round's
 // replacements are created, after the change was seen, and run its data.
+// So may a change seen while every worker is taken (another namespace's
+// round, a record's write): pods created before a worker is free (an
+// earlier round's replacements, a scale-up) run its data too.
 // To tell them apart the moment it was seen is placed among pod revisions
 // by a consistent pod LIST with limit=1 sent right after it (a mark): every
 // pod created before the moment has a lower revision. Pod revisions and a
 // ConfigMap's are never compared; the index's own revision at that moment
 // would not do either, for its watch may be milliseconds behind, and a pod
 // created just before the change would then be left on the old data. No
-// round in flight, no mark: the round begins at once and its own bound
-// decides, with no LIST more than before; unless it is refused, and begins
-// only once the object is fixed (markRefused).
+// round in flight and a worker free, no mark: the round begins at once and
+// its own bound decides, with no LIST more than before; unless it is
+// refused, and begins only once the object is fixed (markRefused).
 
 // seenMark is the revision of a pod LIST sent after a change was seen; rv
 // is set (0: the LIST failed, or its revision is not a number) before done
@@ -69,11 +72,11 @@ type marker struct {
 }
 
 // noteSeen returns a mark for a change of namespace seen now, and sends
-// its LIST, if a round of the namespace is in progress (else its round
-// begins at once, or markRefused marks it); else nil. c.mu must be held:
-// it never blocks.
+// its LIST, if a round of the namespace is in progress or no worker is
+// free to begin its round (else it begins at once, or markRefused marks
+// it); else nil. c.mu must be held: it never blocks.
 func (c *Controller) noteSeen(namespace string) *seenMark {
-	if !c.roundIn(namespace) {
+	if !c.roundIn(namespace) && c.queue.busy() < c.cfg.Workers {
 		return nil
 	}
 	return c.sendMark(namespace)

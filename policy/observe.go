@@ -428,7 +428,11 @@ func (c *Controller) forget(key string) {
 func (c *Controller) entomb(key string, e *entry, goneFloor uint64) {
 	c.setExists(e, false)
 	e.goneFloor = goneFloor
-	e.ended = e.round != nil
+	if e.ended = e.round != nil; e.ended {
+		// The others may have waited on its budget, which holds no
+		// more (otherRounds).
+		c.wakeRounds(e.obj.namespace, nil)
+	}
 	e.last = nil
 	c.pruneHalted()
 	c.seq++

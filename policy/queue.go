@@ -206,6 +206,14 @@ func (q *queue) active() bool {
 	return !q.paused
 }
 
+// busy returns how many keys are waiting or being processed: a key added
+// now is taken at once only while they are fewer than the workers.
+func (q *queue) busy() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) + len(q.processing)
+}
+
 // idle reports that no key is waiting or being processed.
 func (q *queue) idle() bool {
 	q.mu.Lock()

@@ -368,6 +368,12 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 func (c *Controller) podChanged(namespace string, labels map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.wakeRounds(namespace, labels)
+}
+
+// wakeRounds queues the rounds in progress of namespace that may select a
+// pod labelled labels (nil: any). c.mu must be held.
+func (c *Controller) wakeRounds(namespace string, labels map[string]string) {
 	var keys []string
 	for key, e := range c.entries {
 		if r := e.round; r != nil && e.obj.namespace == namespace && (labels == nil || r.sel.mayMatch(labels)) {
@@ -415,7 +421,11 @@ func (c *Controller) refresh(r *round, view []livePod, log *slog.Logger) (pendin
 // pods or not, and, for each other object whose change has no round yet
 // (a controller just started begins one object's round at a time; SETTLE
 // or a storm's gate holds one back), a round as it would begin, which
-// only counts: its pods run old data all the same.
+// only counts: its pods run old data all the same. A round a view ended
+// (other data, a deletion) restarts nothing more: its object counts as one
+// whose change has no round yet, and a deleted one as none. Its worker
+// lets it go at its next look, which a deleted object may not get until
+// it is created again.
 func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -424,7 +434,7 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 		if e.obj.namespace != namespace || key == r.key || e.round == r {
 			continue
 		}
-		if e.round != nil {
+		if e.round != nil && !e.ended {
 			out = append(out, e.round)
 			continue
 		}

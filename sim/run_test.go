@@ -858,13 +858,22 @@ func (w *world) generate() {
 			w.setSelector(k, bad, true)
 			w.addCause(causeBadSel, "")
 			w.after(w.between(2*time.Second, 30*time.Second), "selector fixed", func() {
-				if w.api.get(k) == nil {
+				o := w.api.get(k)
+				if o == nil {
 					return
 				}
+				// A selector edit meanwhile was the fix: the round it
+				// let run restarted the pods it selected, and setting
+				// the old one back is a selection edit like any other.
+				cur, set := annotationsOf(o)[selectorAnnotation]
+				refused := set && cur == bad
 				if had {
 					w.setSelector(k, old, true)
 				} else {
 					w.setSelector(k, "", false)
+				}
+				if !refused {
+					return
 				}
 				for p, e := range owed {
 					if e == nil {
