@@ -586,7 +586,7 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		if p.replacedOnItsNode() {
 			node = p.node
 		}
-		b.inFlight[p.uid] = restartChosen{at: now, by: r.key, pod: p.name, owner: p.owner.uid, count: b.counts, node: node}
+		b.inFlight[p.uid] = restartChosen{at: now, by: r.key, pod: p.name, owner: p.owner.uid, count: b.counts, node: node, shown: *p}
 	}
 	return chosen, tokens, false
 }
