@@ -229,6 +229,10 @@ type restartChosen struct {
 	owner string
 	count uint64
 	node  string
+	// shown is the pod as the view that chose it showed it (zero for an
+	// earlier process's restart): a round begun after it was gone, whose
+	// view shows none of its owner's pods, still counts that owner.
+	shown livePod
 }
 
 // seenPod is a pod's first count, its owner and its node
@@ -412,6 +416,16 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	for uid, ref := range r.owners {
 		if byOwner[uid] == nil {
 			byOwner[uid] = &ownerCount{ref: ref, shownNone: true}
+		}
+	}
+	// So is the owner of a pod the round selects that a round of the
+	// namespace restarted (its forerunner, superseded; another object's)
+	// and that is gone, with none of that owner's pods shown: a round
+	// begun after every one of them was restarted never saw the owner,
+	// and would count none of the replicas it still wants.
+	for uid, chosen := range b.inFlight {
+		if p := &chosen.shown; p.owned() && live[uid] == "" && byOwner[p.owner.uid] == nil && r.sel.selects(p) {
+			byOwner[p.owner.uid] = &ownerCount{ref: p.owner, shownNone: true}
 		}
 	}
 	for _, uid := range slices.Sorted(maps.Keys(byOwner)) { // the estimate told is the first's

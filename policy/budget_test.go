@@ -380,6 +380,37 @@ func TestEstimateCountsPodsAnEarlierRoundRestarted(t *testing.T) {
 	}
 }
 
+// TestRoundCountsAnOwnerWhosePodsAnEarlierRoundRestarted ensures a round
+// that supersedes another after it restarted every pod of one owner (a-rs,
+// 1 replica), its replacement not created yet, counts that owner although
+// its view shows none of its pods: 3 expected with a budget of 1, web-2
+// waits for web-1's replacement (simulator seeds 967, 1098).
+func TestRoundCountsAnOwnerWhosePodsAnEarlierRoundRestarted(t *testing.T) {
+	pods := podsOf("RRR")
+	pods[0].owner = "a-rs"        // web-1; web-2 and web-3 are web-rs's
+	api := newFakeAPI(t, pods...) // no replacement until the test makes it
+	_, fewestReady := downAtDeletion(api, webapp)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 1 }, waitFor, time.Millisecond)
+	require.Equal(t, []string{"web-1"}, api.removedPods())
+
+	// The data changes again while web-1's replacement is missing.
+	waited := m.Reconciles.Value(resultWaiting)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v3})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+
+	api.mu.Lock()
+	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
+	api.pods[r.name].owner, api.pods[r.name].ready = "a-rs", true
+	api.mu.Unlock()
+	require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	assert.Equal(t, 2, *fewestReady, "3 expected, a budget of 1: web-2 waits for web-1's replacement")
+}
+
 // TestEstimateCountsPodsAnEarlierProcessRestarted ensures a round that
 // resumes an intent over a DaemonSet of 2 (budget 1), one of whose pods
 // the earlier process restarted and whose replacement does not exist yet,

@@ -333,6 +333,40 @@ func TestWavesWakeOnReadiness(t *testing.T) {
 	assert.Empty(t, api.podLists(), "every wave decided from the index")
 }
 
+// TestWaveCountsOnTheIndexAfterItsScaleReads ensures a wave that decides
+// from the index counts on the index as it is once its owners' scale is
+// read, not as it was before: a pod that goes not Ready while the read is
+// slow (4 Ready pods, MAX_UNAVAILABLE=1) leaves no pod to restart, where
+// the view taken before the read allowed one (simulator seeds 1622, 1811).
+func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 4)...)
+	x := mirror(t, api, api.replacement)
+	var blipped atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") && blipped.CompareAndSwap(false, true) {
+			// webapp-4's probe fails while the scale is read.
+			api.mu.Lock()
+			p := api.pods["webapp-4"]
+			api.revision++
+			p.ready, p.version, p.readySince = false, api.revision, time.Now()
+			ev := podEvent(t, watch.Modified, *p)
+			api.mu.Unlock()
+			x.Handle(ev)
+		}
+		return 0, "", false
+	}
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+	require.True(t, blipped.Load(), "the scale was read")
+	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
+}
+
 // TestWavesLookAgainWhenMinReadySecondsElapse ensures a waiting round looks
 // again by itself when a replacement has been Ready for MinReadySeconds,
 // which no event tells.

@@ -167,27 +167,40 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 // resourceVersions are not numbers is not the index's: preconditions and
 // bounds could not be compared.
 func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (view []livePod, x *podindex.Index, err error) {
-	b := c.budgetOf(namespace)
-	if x = c.indexFor(namespace); x != nil && b.indexCaughtUp(x.ShownUpTo()) {
-		if recs, ok := x.View(namespace); ok {
-			view = make([]livePod, len(recs))
-			opaque := false
-			for i, rec := range recs {
-				view[i] = fromRecord(rec)
-				opaque = opaque || view[i].version == 0
-			}
-			switch {
-			case opaque:
-				c.sayOpaque(namespace)
-			case showsPending(r, view):
-				return view, x, nil
-			}
+	if x = c.indexFor(namespace); x != nil {
+		shown, opaque, ok := c.indexView(namespace, x)
+		switch {
+		case !ok:
+		case opaque:
+			c.sayOpaque(namespace)
+		case showsPending(r, shown):
+			return shown, x, nil
 		}
 	}
 	if view, err = c.listNamespace(ctx, namespace); err == nil {
-		b.noteListed(view)
+		c.budgetOf(namespace).noteListed(view)
 	}
 	return view, nil, err
+}
+
+// indexView returns the pods of namespace as the index x shows them; not
+// ok where x has not caught up with the LISTs rounds made there, or has no
+// view of it. opaque: a pod's resourceVersion is no decimal number, and
+// rounds list instead.
+func (c *Controller) indexView(namespace string, x *podindex.Index) (view []livePod, opaque, ok bool) {
+	if !c.budgetOf(namespace).indexCaughtUp(x.ShownUpTo()) {
+		return nil, false, false
+	}
+	recs, ok := x.View(namespace)
+	if !ok {
+		return nil, false, false
+	}
+	view = make([]livePod, len(recs))
+	for i, rec := range recs {
+		view[i] = fromRecord(rec)
+		opaque = opaque || view[i].version == 0
+	}
+	return view, opaque, true
 }
 
 // showsPending: every pending pod of r is in view.

@@ -334,7 +334,7 @@ func (a *api) serve(r *request) *http.Response {
 	case r.method == http.MethodGet && k.name == "":
 		return a.list(r, k)
 	case r.method == http.MethodGet && rt.sub == "scale":
-		return a.scale(k)
+		return a.scale(r, k)
 	case r.method == http.MethodGet && rt.sub == "":
 		if o := a.get(k); o != nil {
 			return objectResponse(200, o)
@@ -365,11 +365,15 @@ func (a *api) discovery(gv string) *http.Response {
 }
 
 // scale answers a ReplicaSet's scale from the world's workload.
-func (a *api) scale(k key) *http.Response {
+func (a *api) scale(r *request, k key) *http.Response {
 	wl := a.w.workloadByName(k.ns, k.name)
 	if k.res != "replicasets" || wl == nil || wl.kind != "ReplicaSet" {
 		return status(404, "NotFound", k.String()+" not found")
 	}
+	if wl.scaleRead == nil {
+		wl.scaleRead = map[int]time.Duration{}
+	}
+	wl.scaleRead[r.conn.gen] = a.w.now()
 	return objectResponse(200, object{"kind": "Scale", "apiVersion": "autoscaling/v1",
 		"metadata": map[string]any{"name": k.name, "namespace": k.ns, "uid": wl.uid},
 		"spec":     map[string]any{"replicas": wl.replicas}, "status": map[string]any{"replicas": len(wl.live())}})

@@ -428,18 +428,56 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 		w.note("a pod became unavailable while the restart was in flight")
 		return
 	}
+	if expected, available := w.countsAsRead(a, p, r); available >= expected-w.allowed(expected) {
+		w.note("an owner scaled up within the second before the restart, after its scale was read, its pods not created then")
+		return
+	}
 	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
+}
+
+// countsAsRead is checkBudget's counts with each ReplicaSet scaled up
+// within the second before restart r, after the last answer to r's
+// controller of its scale, at its replicas before: docs/design.md (waves)
+// reads an owner's scale at most once a second, and a scale-up within
+// that second, its pods not created yet, shows in no count. The pods
+// created since are left out, as the view that counted did not show them.
+func (w *world) countsAsRead(a annotated, p *pod, r *request) (expected, available int) {
+	return w.countsOf(a, p, w.inBudget, func(wl *workload) (int, time.Duration) {
+		replicas, since := wl.replicas, time.Duration(-1)
+		read, ok := wl.scaleRead[r.conn.gen]
+		for i := len(wl.scaled) - 1; i >= 0; i-- {
+			c := wl.scaled[i]
+			if c.at > r.at || r.at-c.at >= time.Second || (ok && c.at <= read) {
+				break
+			}
+			replicas, since = c.from, c.at
+		}
+		if since >= 0 && replicas > wl.replicas {
+			return wl.replicas, -1 // a scale-down since: judged as it is
+		}
+		return replicas, since
+	})
 }
 
 // counts returns a's expected and available pods were p gone, a's pods
 // those in says a counts (inBudget, or selects).
 func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool) (expected, available int) {
+	return w.countsOf(a, p, in, func(wl *workload) (int, time.Duration) { return wl.replicas, -1 })
+}
+
+// countsOf is counts with a ReplicaSet's desired replicas from replicas,
+// which also says since when pods created are left out (-1: none).
+func (w *world) countsOf(a annotated, p *pod, in func(annotated, *pod) bool, replicas func(*workload) (int, time.Duration)) (expected, available int) {
 	for _, wl := range w.wls {
 		if wl.ns != a.ns || wl.kind == "" {
 			continue // the budget counts owned pods
 		}
+		desiredRS, since := replicas(wl)
 		selected, other := 0, 0
 		for _, q := range wl.live() {
+			if since >= 0 && q.created > since {
+				continue
+			}
 			if in(a, q) {
 				selected++
 				if q != p && w.available(q) {
@@ -455,7 +493,7 @@ func (w *world) counts(a annotated, p *pod, in func(annotated, *pod) bool) (expe
 		desired := selected
 		switch wl.kind {
 		case "ReplicaSet":
-			desired = wl.replicas
+			desired = desiredRS
 		case "DaemonSet":
 			desired = 0
 			for node, up := range wl.nodes {

@@ -212,6 +212,7 @@ func (w *world) reconcile(wl *workload) {
 // scale sets a ReplicaSet's replicas, as kubectl scale does.
 func (w *world) scale(wl *workload, n int) {
 	w.logf("world: %s/%s scaled %d -> %d", wl.ns, wl.name, wl.replicas, n)
+	wl.scaled = append(wl.scaled, scaleChange{at: w.now(), from: wl.replicas})
 	wl.replicas = n
 	w.reconcile(wl)
 }

@@ -49,8 +49,20 @@ type workload struct {
 	// outside the DaemonSet controller shows that it wants one more.
 	returning map[int]bool
 	creating  int // replacements scheduled, not yet created
+	// scaled are the ReplicaSet's changes of replicas, oldest first;
+	// scaleRead, when each controller (by its generation) was last
+	// answered its scale.
+	scaled    []scaleChange
+	scaleRead map[int]time.Duration
 	pods      []*pod
 	serial    int
+}
+
+// scaleChange is a change of a ReplicaSet's replicas: when, and from how
+// many.
+type scaleChange struct {
+	at   time.Duration
+	from int
 }
 
 func (wl *workload) live() []*pod {
