@@ -32,7 +32,6 @@ var knownBugSeeds = map[uint64]string{
 	54:   "budget at 73.6 s: not read yet",
 	230:  "budget at 30.5 s: not read yet",
 	232:  "budget at 161.4 s: not read yet",
-	481:  "prompt at 106 s: a resumed intent's gone pods charged to the one owner the view shows (a DaemonSet); a fix (the intent names each pod's owner) is held back",
 	967:  "budget at 97.1 s: not read yet",
 	1098: "budget at 177.1 s: not read yet",
 	1446: "budget at 156.4 s: not read yet",
