@@ -157,14 +157,54 @@ func (in intent) uids() map[string]bool {
 	return uids
 }
 
+// groups returns the pods the intent names by owner, as newIntent wrote
+// them: one group for an intent that does not tell (one owner, or written
+// by a version before the groups). A round that resumes it asks once.
+func (in intent) groups() [][]string {
+	if in.all || !in.present() {
+		return nil
+	}
+	_, list, _ := strings.Cut(in.text, "/")
+	var groups [][]string
+	for group := range strings.SplitSeq(list, ",,") {
+		var uids []string
+		for uid := range strings.SplitSeq(group, ",") {
+			if uid != "" {
+				uids = append(uids, uid)
+			}
+		}
+		if len(uids) > 0 {
+			groups = append(groups, uids)
+		}
+	}
+	return groups
+}
+
+// newIntent names pods, those of one owner together, the groups apart by
+// an empty entry ("a,b,,c"): a resumed round owes a pod gone only to the
+// owner of the pods shown beside it (oweResumed), and a reader that knows
+// no groups (every version before them) skips the empty entry and reads
+// the same pods. Grouped only while that reader's bound on entries holds.
 func newIntent(hash digest, pods []podRef) intent {
 	uids := "*"
 	if len(pods) <= maxIntentPods {
-		names := make([]string, len(pods))
-		for i, p := range pods {
-			names[i] = p.uid
+		var order []string // owners, as their pods come first
+		byOwner := map[string][]string{}
+		for _, p := range pods {
+			if _, ok := byOwner[p.ownerUID]; !ok {
+				order = append(order, p.ownerUID)
+			}
+			byOwner[p.ownerUID] = append(byOwner[p.ownerUID], p.uid)
 		}
-		uids = strings.Join(names, ",")
+		sep := ",,"
+		if len(pods)+len(order)-2 >= maxIntentPods {
+			sep = ","
+		}
+		groups := make([]string, len(order))
+		for i, owner := range order {
+			groups[i] = strings.Join(byOwner[owner], ",")
+		}
+		uids = strings.Join(groups, sep)
 	}
 	return parseIntent(hash.text() + "/" + uids)
 }

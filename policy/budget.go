@@ -563,12 +563,15 @@ func owedOf(gone, since []uint64) int {
 // restarts of an earlier process's round in flight from now: their
 // replacements may not exist yet (owed). They are owed to the owner of the
 // named pods the view shows, where those have one (else to none: theirs
-// is not known). The intent names no pod's owner: a pod gone whose
-// replacement the view shows under another owner is not one that owner
-// still waits for, and owing it there would hold every round over it for
-// inFlightFor. b.mu must be held.
+// is not known), and where the intent groups its pods by owner (newIntent)
+// only those of that owner's group: a gone bare pod, or one of an owner
+// the view no longer shows among the named, has no replacement that owner
+// makes, and owed to it would hold every round over its pods for
+// inFlightFor. Nor is a pod gone whose replacement the view shows under
+// another owner one that owner still waits for. b.mu must be held.
 func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	owner, shown, since := "", map[string]bool{}, 0
+	ownersShown := map[string]bool{} // the named pods shown live: all the owner's
 	for i := range view {
 		p := &view[i]
 		if !r.only[p.uid] {
@@ -581,22 +584,38 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 		if !p.owned() || (owner != "" && p.owner.uid != owner) {
 			return
 		}
-		owner = p.owner.uid
+		owner, ownersShown[p.uid] = p.owner.uid, true
 	}
 	if owner == "" {
 		return
+	}
+	theirs := r.only // the pods that may be the owner's
+	if r.groups != nil {
+		theirs = map[string]bool{}
+		for _, group := range r.groups {
+			if slices.ContainsFunc(group, func(uid string) bool { return ownersShown[uid] }) {
+				for _, uid := range group {
+					theirs[uid] = true
+				}
+			}
+		}
 	}
 	for i := range view {
 		if p := &view[i]; p.live() && p.owned() && !r.only[p.uid] && r.sel.selects(p) {
 			since++
 		}
 	}
-	owed := len(r.only) - len(shown) - since
+	owed := -since
+	for uid := range theirs {
+		if !shown[uid] {
+			owed++
+		}
+	}
 	if owed <= 0 {
 		return
 	}
 	b.noteShown(view) // the pods shown now are not the replacements still to come
-	for uid := range r.only {
+	for uid := range theirs {
 		if _, ok := b.inFlight[uid]; !ok && !shown[uid] && owed > 0 {
 			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts}
 			owed--

@@ -498,6 +498,41 @@ func TestResumedRoundOwesNoPodReplacedUnderAnotherOwner(t *testing.T) {
 	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-2's replacement is the ReplicaSet's: the DaemonSet misses no pod")
 }
 
+// TestResumedRoundOwesNoBarePodToTheOwnerShown ensures a round that
+// resumes an intent over a DaemonSet's 3 pods and a bare pod, of which the
+// earlier process restarted the bare pod and a DaemonSet pod whose
+// replacement runs, owes the DaemonSet nothing: the bare pod has no
+// replacement to wait for, and owed to the one owner the view shows it
+// would hold the DaemonSet's pods for the 2 minutes a restart counts in
+// flight (budget 1; simulator seed 481).
+func TestResumedRoundOwesNoBarePodToTheOwnerShown(t *testing.T) {
+	pods := podsOf("RRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	pods[0].name, pods[0].uid = "web-1-r", "uid-1-r" // web-1 restarted, its replacement Ready; web-4, bare, restarted
+	api := newFakeAPI(t, pods...)
+	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2,uid-3,,uid-4"})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+
+	assert.Equal(t, []string{"web-2"}, api.removedPods(), "web-4 was bare: the DaemonSet misses no pod")
+}
+
+// TestIntentGroupsItsPodsByOwner ensures the intent names a round's pods
+// by owner, bare pods together, and that a reader without the groups
+// (every version before them) reads the same pods from it.
+func TestIntentGroupsItsPodsByOwner(t *testing.T) {
+	pods := []podRef{{uid: "a1", ownerUID: "a"}, {uid: "b1"}, {uid: "a2", ownerUID: "a"}, {uid: "c1", ownerUID: "c"}}
+	hash, _ := parseDigest(hashOf(t, v2))
+	in := newIntent(hash, pods)
+	assert.Equal(t, hashOf(t, v2)+"/a1,a2,,b1,,c1", in.text)
+	assert.Equal(t, [][]string{{"a1", "a2"}, {"b1"}, {"c1"}}, in.groups())
+	assert.Equal(t, map[string]bool{"a1": true, "a2": true, "b1": true, "c1": true}, in.uids())
+	assert.Len(t, parseIntent(hashOf(t, v2)+"/a1,a2,b1").groups(), 1, "an intent without groups is one")
+}
+
 // TestOwnerWithEveryPodRestartedStillCounts ensures a round over two
 // owners keeps counting one whose every pod it restarted before any
 // replacement exists: the view shows none of its pods, and counting only

@@ -150,7 +150,7 @@ func readPod(raw []byte) (livePod, bool) {
 // fromRecord is a pod as a LIST or the index shows it, as rounds decide on
 // it.
 func fromRecord(r podindex.Record) livePod {
-	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion}, labels: r.Labels,
+	p := livePod{podRef: podRef{name: r.Name, uid: r.UID, rv: r.ResourceVersion, ownerUID: r.Owner.UID}, labels: r.Labels,
 		owner:       ownerRef{apiVersion: r.Owner.APIVersion, kind: r.Owner.Kind, name: r.Owner.Name, uid: r.Owner.UID},
 		terminating: r.Terminating, finished: r.Finished, ready: r.Ready, since: r.Since, why: r.Reason, refs: r.Refs, node: r.Node}
 	p.version, _ = strconv.ParseUint(r.ResourceVersion, 10, 64)

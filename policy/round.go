@@ -61,6 +61,7 @@ type round struct {
 	// this one's budget too).
 	listed   bool
 	only     map[string]bool     // a resumed round's intent: the pods it names (nil: all)
+	groups   [][]string          // the same by owner, where the intent tells them apart (oweResumed)
 	owes     bool                // it resumed an intent no round of this term took: another process's restarts (oweResumed)
 	mostSeen map[string]int      // by owner uid: the most of its live pods seen (budget.go)
 	owners   map[string]ownerRef // by uid: the owners of pods it selected at a count (budget.go)
@@ -114,6 +115,7 @@ type podRef struct {
 	name, uid string
 	rv        string // metadata.resourceVersion as seen
 	version   uint64 // the same as a number, 0 if it is not one
+	ownerUID  string // its controller's uid ("": none): the intent groups its pods by it
 }
 
 type podState uint8
@@ -404,6 +406,9 @@ func (c *Controller) beginRound(ctx context.Context, key string, obj object, sel
 	r := &round{key: key, hash: obj.hash, keys: obj.keys, selector: obj.selectsBy(), sel: sel, resumed: resume != nil, storm: storm}
 	if resume != nil {
 		r.only = resume.uids()
+		if groups := resume.groups(); len(groups) > 1 {
+			r.groups = groups
+		}
 		if halt.hash == resume.hash && !halt.at.IsZero() {
 			r.haltFound = halt.at
 		}
