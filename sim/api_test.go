@@ -53,7 +53,11 @@ type request struct {
 	at     time.Duration
 	// shows: the ConfigMaps and Secrets a LIST's answer holds.
 	shows []sighting
-	canon string // what orders it among those pending; twins' are equal
+	// podList: the namespace of a LIST of pods (not a limit=1 mark) whose
+	// answer takes the server's pods as they were when served ("*": all).
+	podList string
+	served  time.Duration
+	canon   string // what orders it among those pending; twins' are equal
 }
 
 func (r *request) String() string {
@@ -638,7 +642,11 @@ type delivery struct {
 	added string
 	// shows: the ConfigMap or Secret an event shows (uid "": none).
 	shows sighting
-	twin  int // answers to twin requests, delivered together (0: none)
+	// pod: the uid of the pod an event of a pods watch shows, as it was
+	// at made.
+	pod  string
+	made time.Duration
+	twin int // answers to twin requests, delivered together (0: none)
 }
 
 // push queues one line for the client; the driver delivers it.
@@ -729,8 +737,11 @@ func (s *stream) event(typ string, o object) {
 	d := s.push(b)
 	switch {
 	case d == nil:
-	case typ == "ADDED" && s.c.res == "pods":
-		d.added, _ = meta(o)["uid"].(string)
+	case s.c.res == "pods":
+		d.pod, d.made = str(meta(o), "uid"), s.a.w.now()
+		if typ == "ADDED" {
+			d.added = d.pod
+		}
 	case (typ == "ADDED" || typ == "MODIFIED") && (s.c.res == "configmaps" || s.c.res == "secrets"):
 		d.shows = sightingOf(s.c.res, o)
 	}

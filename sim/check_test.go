@@ -424,8 +424,8 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 	if available >= expected-w.allowed(expected) {
 		return
 	}
-	if w.readyDropped[a.ns] >= r.at {
-		w.note("a pod became unavailable while the restart was in flight")
+	if available+w.unshownDrops(a, p, r) >= expected-w.allowed(expected) {
+		w.note("a pod became unavailable, not yet shown to the controller that sent the restart")
 		return
 	}
 	if expected, available := w.countsAsRead(a, p, r); available >= expected-w.allowed(expected) {
@@ -433,6 +433,41 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 		return
 	}
 	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
+}
+
+// unshownDrops counts a's pods, other than p, that the controller of r
+// was shown before they became unavailable (not Ready, or removed by
+// anyone but the controller) while available, and not shown since before
+// r was sent: docs/design.md (waves) counts a pod as the server last
+// showed it, by a pods watch's event or a pod LIST's answer taken after
+// the drop. A view taken at the drop's very instant may have come after
+// it.
+func (w *world) unshownDrops(a annotated, p *pod, r *request) int {
+	n := 0
+	for _, wl := range w.wls {
+		if wl.ns != a.ns || wl.kind == "" {
+			continue
+		}
+		for _, q := range wl.pods {
+			if q == p || !q.availAtDrop || (q.alive && w.available(q)) || (!q.alive && q.restarted) || !w.inBudget(a, q) {
+				continue
+			}
+			before, since := false, false
+			for _, k := range []string{q.uid, q.ns, "*"} {
+				for _, v := range w.podViews[fmt.Sprintf("%s/%d", k, r.conn.gen)] {
+					if v.at >= r.at {
+						continue
+					}
+					before = before || v.made < q.dropped
+					since = since || v.made >= q.dropped
+				}
+			}
+			if before && !since {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // countsAsRead is checkBudget's counts with each ReplicaSet scaled up
@@ -763,10 +798,20 @@ func (w *world) budgetAllows(p *pod) bool {
 }
 
 // owesRound reports whether a pod a selects does not run a's data, and no
-// documented window explains it: a's round is in progress or due.
+// documented window explains it, or runs it and a documented window
+// (window) lets a's round restart it all the same for the running
+// controller (one created after the change, before the round's own
+// bound): a's round is in progress or due, and it keeps its budget
+// while that pod is pending.
 func (w *world) owesRound(a annotated) bool {
 	for _, q := range w.alivePods() {
-		if w.selects(a, q) && !current(a, q) && w.convergeWindow(a, q) == "" {
+		if !w.selects(a, q) {
+			continue
+		}
+		if !current(a, q) && w.convergeWindow(a, q) == "" {
+			return true
+		}
+		if current(a, q) && w.proc != nil && w.window(q, []annotated{a}, w.proc.gen) != "" {
 			return true
 		}
 	}

@@ -130,11 +130,12 @@ func (w *world) setReady(p *pod, ready bool) {
 	if !p.alive || p.ready == ready || (ready && p.bad) {
 		return
 	}
+	if !ready {
+		p.dropped, p.availAtDrop = w.now(), w.available(p)
+	}
 	p.ready = ready
 	if ready {
 		p.readySince = w.now()
-	} else {
-		w.readyDropped[p.ns] = w.now()
 	}
 	w.storePod(p)
 	w.logf("world: pod %s/%s Ready=%v", p.ns, p.name, ready)
@@ -145,8 +146,8 @@ func (w *world) podRemoved(k key) {
 	for _, wl := range w.wls {
 		for _, p := range wl.pods {
 			if p.alive && p.ns == k.ns && p.name == k.name {
+				p.dropped, p.availAtDrop = w.now(), p.alive && w.available(p)
 				p.alive = false
-				w.readyDropped[p.ns] = w.now()
 				w.reconcile(wl)
 				return
 			}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"encoding/base64"
@@ -164,6 +165,7 @@ func (w *world) answer(r *request, f fate) (answer, bool) {
 	watch := r.query.Get("watch") == "true"
 	if rt, ok := parse(r.path); ok && rt.k.res == "pods" && rt.k.name == "" && r.method == http.MethodGet && !watch && r.query.Get("limit") != "1" {
 		w.podLists = append(w.podLists, podList{gen: r.conn.gen, ns: rt.k.ns, at: w.now()})
+		r.podList, r.served = cmp.Or(rt.k.ns, "*"), w.now()
 	}
 	if code := f.code; code != 0 {
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
@@ -264,12 +266,14 @@ func (w *world) deliver() {
 		// senders is which.
 		w.api.outbox = slices.DeleteFunc(w.api.outbox, func(o *delivery) bool {
 			if o.twin == d.twin {
+				w.podShown(o)
 				o.r.answer <- o.ans
 				return true
 			}
 			return false
 		})
 	}
+	w.podShown(d)
 	switch {
 	case d.r != nil:
 		if d.ans.err == nil {
@@ -288,6 +292,19 @@ func (w *world) deliver() {
 		}
 	default:
 		d.s.finish(d.end)
+	}
+}
+
+// podShown notes what a delivery shows its controller of pods: a pod
+// watch's event the pod, a pod LIST's answer the namespace's pods.
+func (w *world) podShown(d *delivery) {
+	switch {
+	case d.r != nil && d.r.podList != "" && d.ans.err == nil && d.ans.resp != nil && d.ans.resp.StatusCode == http.StatusOK:
+		k := fmt.Sprintf("%s/%d", d.r.podList, d.r.conn.gen)
+		w.podViews[k] = append(w.podViews[k], podView{made: d.r.served, at: w.now()})
+	case d.s != nil && d.pod != "":
+		k := fmt.Sprintf("%s/%d", d.pod, d.s.conn.gen)
+		w.podViews[k] = append(w.podViews[k], podView{made: d.made, at: w.now()})
 	}
 }
 
@@ -424,7 +441,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, readyDropped: map[string]time.Duration{}, nodeLost: map[string]time.Duration{}, downSince: -1}
+		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, podViews: map[string][]podView{}, nodeLost: map[string]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }

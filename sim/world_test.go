@@ -90,6 +90,10 @@ type pod struct {
 	// (restarted: one was).
 	restartSent time.Duration
 	restarted   bool
+	// dropped is when it last became unavailable (not Ready, or removed);
+	// availAtDrop: it was available until then.
+	dropped     time.Duration
+	availAtDrop bool
 }
 
 // data is one data object's ground truth history.
@@ -111,6 +115,12 @@ type podList struct {
 	gen int
 	ns  string // "": all namespaces
 	at  time.Duration
+}
+
+// podView is a pod watch event or a pod LIST answer delivered to a
+// controller: made when the server took what it shows, delivered at.
+type podView struct {
+	made, at time.Duration
 }
 
 // timer is an outside event due at a virtual time.
@@ -193,7 +203,7 @@ type world struct {
 	selChanged       map[string]time.Duration
 	selWrites        map[string]sighting      // "kind/ns/name": the last write that changed the object's selector, as the revision it made
 	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
-	readyDropped     map[string]time.Duration // namespace -> last readiness loss by the world
+	podViews         map[string][]podView     // "pod uid/controller gen" or "ns/controller gen" ("": all): what showed that controller the pod, or the namespace's pods
 	nodeLost         map[string]time.Duration // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
 	causes           []cause                  // what may make a controller warn (told)
 	warnings         []warning                // Warning Events the server accepted
