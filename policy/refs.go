@@ -107,12 +107,17 @@ func (obj object) optedIn() bool {
 }
 
 // selectsBy is what a round's selection is made from: a change of it ends
-// the round.
+// the round. An empty selector is not no selector: it is refused, and
+// adding one to an object that selects by reference ends its round.
 func (obj object) selectsBy() string {
-	if !obj.hasReferencing {
-		return obj.selector
+	by := obj.selector
+	if obj.hasSelector {
+		by = "=" + by
 	}
-	return obj.selector + "\x00" + obj.referencing
+	if obj.hasReferencing {
+		by += "\x00" + obj.referencing
+	}
+	return by
 }
 
 // selectionOf is obj's selection as every round and look uses it: the

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -544,4 +545,29 @@ func TestKeyDigestsArePinned(t *testing.T) {
 		halted: parseHalt("hmac-sha256:" + strings.Repeat("ef", 32) + "@2026-12-05T07:00:00Z")}
 	st.recordedKeys = keyDigests("hmac-sha256:" + strings.Repeat("01", 16))
 	assert.Equal(t, "cfb971ff49e31ee50edff0aac09437118e726460c2e496052e26b45b593cf4fe", stateMAC(testKey, "ns", "webapp-secret", st))
+}
+
+// TestAnEmptySelectorAddedToAReferencingObjectEndsItsRound ensures a round
+// of an object that selects the pods reading it sends no paced restart
+// after an empty selector annotation is added: an empty selector is
+// refused, and adding one changes how the object selects, although an
+// absent and an empty selector are both "" (simulator seed 655).
+func TestAnEmptySelectorAddedToAReferencingObjectEndsItsRound(t *testing.T) {
+	var pods []*fakePod
+	for i := range 11 { // the burst is 10: the eleventh waits a second
+		name := "envfrom-" + strconv.Itoa(i)
+		pods = append(pods, &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"app": "web"}, spec: specEnvFrom})
+	}
+	api := newFakeAPI(t, pods...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, MaxRestartsPerSecond: 1})
+	start(t, c)
+	s := referencing(t, "true", map[string]string{"a": "1"}, map[string]string{"a": "2"})
+	handle(t, c, watch.Modified, s)
+	require.Eventually(t, func() bool { return len(api.deletedPods()) == 10 }, waitFor, time.Millisecond)
+
+	// As the server shows it: the round's intent written, the rest as it was.
+	s.intent, s.rv, s.selector = api.intents()[0], api.patchRV(0), ptr("")
+	handle(t, c, watch.Modified, s)
+	time.Sleep(1500 * time.Millisecond) // the eleventh's token comes
+	assert.Len(t, api.deletedPods(), 10, "a DELETE sent after the object's selector was made invalid")
 }

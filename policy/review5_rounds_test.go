@@ -92,7 +92,8 @@ func TestReviewTurn5PacedRestartAsksCurrentAfterItsToken(t *testing.T) {
 			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web"), recorded: hashOf(t, v1), data: v2})
 			require.Eventually(t, func() bool { return len(api.deletedPods()) == 10 }, waitFor, time.Millisecond)
 			if how == "selector changed" {
-				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web,tier=none"), recorded: hashOf(t, v1), data: v2})
+				// As the server shows it, the round's intent written.
+				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=web,tier=none"), recorded: hashOf(t, v1), data: v2, intent: api.intents()[0], rv: api.patchRV(0)})
 			} else {
 				leading.Store(false)
 			}
