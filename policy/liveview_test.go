@@ -367,6 +367,42 @@ func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
 	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
 }
 
+// TestWaveCountsAPodGoneWhileItsScaleReadIsSlow ensures a wave that
+// decides from the index counts a pod of its own deleted by other hands
+// while its owners' scale read is slow as the index shows it once the read
+// is back: gone, not available (4 Ready pods, MAX_UNAVAILABLE=1), so no pod
+// goes, where the view taken before the read, still showing it Ready,
+// allowed one (simulator seed 995).
+func TestWaveCountsAPodGoneWhileItsScaleReadIsSlow(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 4)...)
+	x := mirror(t, api, nil)
+	var deleted atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") && deleted.CompareAndSwap(false, true) {
+			// kubectl delete pod webapp-4 while the scale is read.
+			api.mu.Lock()
+			p := *api.pods["webapp-4"]
+			delete(api.pods, p.name)
+			api.revision++
+			p.version = api.revision
+			ev := podEvent(t, watch.Deleted, p)
+			api.mu.Unlock()
+			x.Handle(ev)
+		}
+		return 0, "", false
+	}
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+	require.True(t, deleted.Load(), "the scale was read")
+	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
+}
+
 // TestWavesLookAgainWhenMinReadySecondsElapse ensures a waiting round looks
 // again by itself when a replacement has been Ready for MinReadySeconds,
 // which no event tells.

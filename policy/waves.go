@@ -151,7 +151,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if !r.haltFound.IsZero() {
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
-	view = c.viewAfterReads(obj.namespace, r, view, x, read, pending)
+	view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
 	now := time.Now()
 	chosen, tokens, stale := c.choose(b, r, others, view, pending, now, c.owners.readSince(read, viewAt))
 	if stale {
@@ -160,7 +160,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// sent after the view, one more per owner in a wave that would
 		// restart one.
 		c.owners.refresh(ctx, r, obj.namespace, read, viewAt)
-		view = c.viewAfterReads(obj.namespace, r, view, x, read, pending)
+		view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
 		now = time.Now()
 		chosen, tokens, _ = c.choose(b, r, others, view, pending, now, true)
 	}
@@ -184,31 +184,23 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 }
 
 // viewAfterReads returns the view a wave that read its owners' scale
-// counts on: where view came from the index x, the index as it is now, as
-// the reads may have been slow (a server that answers late), and a pod
-// gone not Ready or created meanwhile must show in the count its restart
-// goes on. The wave's pending pods were judged on view (refresh): where
-// the index no longer shows one of them live, selected and not
-// terminating, or has not caught up with a LIST, view stays, and the next
-// wave, woken by that change, counts again.
-func (c *Controller) viewAfterReads(namespace string, r *round, view []livePod, x *podindex.Index, read []ownerRef, pending []int) []livePod {
+// counts on, and its pending pods judged on it: where view came from the
+// index x, the index as it is now, as the reads may have been slow (a
+// server that answers late), and a pod gone not Ready or created meanwhile
+// must show in the count its restart goes on. A pending pod the index no
+// longer shows live, selected and not terminating (gone by other hands
+// while the read was slow) is judged again on it (refresh), as the next
+// wave would: the view before the reads would count it available. Where
+// the index has not caught up with a LIST, view stays.
+func (c *Controller) viewAfterReads(namespace string, r *round, view []livePod, x *podindex.Index, read []ownerRef, pending []int, log *slog.Logger) ([]livePod, []int) {
 	if x == nil || len(read) == 0 {
-		return view
+		return view, pending
 	}
 	now, opaque, ok := c.indexView(namespace, x)
 	if !ok || opaque {
-		return view
+		return view, pending
 	}
-	byUID := make(map[string]*livePod, len(now))
-	for i := range now {
-		byUID[now[i].uid] = &now[i]
-	}
-	for _, i := range pending {
-		if p := byUID[r.pods[i].uid]; p == nil || !p.live() || p.terminating || !r.sel.selects(p) {
-			return view
-		}
-	}
-	return now
+	return now, c.refresh(r, now, log)
 }
 
 // completed completes round r's membership (complete): nil if it gained no
