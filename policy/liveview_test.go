@@ -403,6 +403,38 @@ func TestWaveCountsAPodGoneWhileItsScaleReadIsSlow(t *testing.T) {
 	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
 }
 
+// TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow ensures a wave
+// counts the budget of a round whose change was seen while its owners'
+// scale reads were out, not begun yet (one worker, busy with the wave): 8
+// Ready pods, MAX_UNAVAILABLE=25 %, the wave's object selecting all (2 may
+// go), the other 4 of them (1 may go), so one of those 4 goes, where the
+// rounds listed before the reads allowed two (simulator seed 5654).
+func TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow(t *testing.T) {
+	api := newFakeAPI(t, append(owned("webapp", 4), owned("zz", 4)...)...)
+	x := mirror(t, api, nil)
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 25}, ProgressDeadline: time.Hour, Workers: 1}
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api.client(), cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+	web := cmSpec{name: "web-config", uid: "cm-uid-web", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1}
+	handle(t, c, watch.Modified, web)
+	settle(t, c)
+
+	var changed atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") && changed.CompareAndSwap(false, true) {
+			web.data = v2 // its change, seen while the scale is read
+			handle(t, c, watch.Modified, web)
+		}
+		return 0, "", false
+	}
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app in (webapp,zz)"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
+	require.True(t, changed.Load(), "the scale was read")
+	assert.ElementsMatch(t, []string{"webapp-1", "zz-1"}, api.removedPods(), "web-config's 4 pods allow 1 unavailable, the 8 of both 2")
+}
+
 // TestWavesLookAgainWhenMinReadySecondsElapse ensures a waiting round looks
 // again by itself when a replacement has been Ready for MinReadySeconds,
 // which no event tells.

@@ -152,6 +152,9 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
 	view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
+	// A change seen while the intent's write or the reads were out is a
+	// round that counts the restarts chosen now (begun or not), as any.
+	others = c.otherRounds(obj.namespace, r)
 	now := time.Now()
 	chosen, tokens, stale := c.choose(b, r, others, view, pending, now, c.owners.readSince(read, viewAt))
 	if stale {
@@ -161,6 +164,7 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// restart one.
 		c.owners.refresh(ctx, r, obj.namespace, read, viewAt)
 		view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
+		others = c.otherRounds(obj.namespace, r)
 		now = time.Now()
 		chosen, tokens, _ = c.choose(b, r, others, view, pending, now, true)
 	}
