@@ -192,7 +192,8 @@ func (w *world) controllerDeletes(r *request, k key) {
 // a was created again while no controller ran, or with its namespace out
 // at some time since its deletion (docs/design.md, Decisions: re-created
 // ConfigMaps; an opted-out namespace's tombstones are not kept), and a has
-// not changed since; or a was created again while its namespace was out
+// not changed since (since the next controller started, where none ran);
+// or a was created again while its namespace was out
 // and has not changed since it opted in again, or its namespace was out
 // from the start and a last changed before it first opted in
 // (docs/operations.md: a namespace that opts in later has its objects
@@ -205,6 +206,18 @@ func (w *world) adoptedAsIs(a annotated) bool {
 		for _, s := range w.outSpans[a.ns] {
 			if at >= s.from && at <= s.to {
 				at = s.to // created while out: adopted as it is at the opt-in
+			}
+		}
+		// Created while no controller ran: the next one to start sees
+		// the object first, with the data of that moment, changes made
+		// meanwhile included (docs/design.md, re-created ConfigMaps).
+		downs := w.downs
+		if w.downSince >= 0 {
+			downs = append(slices.Clone(downs), span{w.downSince, w.now()})
+		}
+		for _, s := range downs {
+			if at >= s.from && at <= s.to {
+				at = s.to
 			}
 		}
 		if last <= at {

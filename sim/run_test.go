@@ -61,6 +61,25 @@ func (w *world) startController() {
 		w.downs = append(w.downs, span{w.downSince, w.now()})
 		w.downSince = -1
 	}
+	// A ConfigMap created again while an earlier controller ran, that
+	// carries no record or intent now (that one was killed before the new
+	// object's round wrote its intent, or never began one: a refused
+	// selector), is seen first by this one, and adopted as it is
+	// (docs/design.md, re-created ConfigMaps).
+	for _, d := range w.dataObjects() {
+		dk := dataKey(d.kind, d.ns, d.name)
+		o := w.api.get(key{d.kind, d.ns, d.name})
+		if d.kind != "configmaps" || len(w.recreatedUnder[dk]) == 0 || o == nil {
+			continue
+		}
+		ours := false
+		for a := range annotationsOf(o) {
+			ours = ours || strings.HasPrefix(a, "config-watcher.k8spatterns.io/")
+		}
+		if !ours {
+			w.adoptedRecreated[dk] = w.now()
+		}
+	}
 	w.logf("fault: controller %d started", p.gen)
 }
 
