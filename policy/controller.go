@@ -151,7 +151,7 @@ type Controller struct {
 	owners     *owners                     // the desired replicas of pods' owners (owners.go)
 	halted     map[string]*round           // halted rounds, by key
 	storms     map[string]bool             // objects in a storm, by key (storm.go)
-	markers    map[string]*marker          // by namespace: marks being sent (mark.go)
+	markers    map[string]*marker          // by namespace: marks whose LIST is not sent yet (mark.go)
 	begun      map[string][]*round         // by namespace: rounds begun, some maybe over since (mark.go roundIn)
 	// acting is the context of the requests of the current term (Lead),
 	// nil while no term runs: marks are sent only while this replica acts.

@@ -64,11 +64,14 @@ func (m *seenMark) wait(ctx context.Context, wait time.Duration) (uint64, bool) 
 	return 0, false
 }
 
-// marker sends the marks of one namespace, one LIST for all those noted
-// before it is sent.
+// marker holds the marks of one namespace noted before its sender takes
+// them: one LIST for them all. A LIST in flight holds no later mark back
+// (a mark sent only once it answered, on a slow server, would come after
+// the pods created meanwhile, which run the change: they would be
+// restarted), so each sender takes its marks and leaves the next ones to
+// a sender of their own.
 type marker struct {
 	waiting []*seenMark
-	running bool
 }
 
 // noteSeen returns a mark for a change of namespace seen now, and sends
@@ -110,12 +113,9 @@ func (c *Controller) sendMark(namespace string) *seenMark {
 	if mk == nil {
 		mk = &marker{}
 		c.markers[namespace] = mk
-	}
-	mk.waiting = append(mk.waiting, m)
-	if !mk.running {
-		mk.running = true
 		go c.sendMarks(ctx, namespace, mk)
 	}
+	mk.waiting = append(mk.waiting, m)
 	return m
 }
 
@@ -164,28 +164,20 @@ func (c *Controller) begin(namespace string, r *round) {
 	c.begun[namespace] = append(c.begun[namespace], r)
 }
 
-// sendMarks sends a LIST for the marks waiting, again while more come.
+// sendMarks sends one LIST for the marks waiting when it takes them.
 func (c *Controller) sendMarks(ctx context.Context, namespace string, mk *marker) {
-	for {
-		c.mu.Lock()
-		batch := mk.waiting
-		mk.waiting = nil
-		if len(batch) == 0 {
-			mk.running = false
-			if c.markers[namespace] == mk {
-				delete(c.markers, namespace)
-			}
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		var rv uint64
-		if text, err := c.listRevision(ctx, namespace); err == nil {
-			rv, _ = strconv.ParseUint(text, 10, 64)
-		}
-		for _, m := range batch {
-			m.rv = rv
-			close(m.done)
-		}
+	c.mu.Lock()
+	batch := mk.waiting
+	if c.markers[namespace] == mk {
+		delete(c.markers, namespace)
+	}
+	c.mu.Unlock()
+	var rv uint64
+	if text, err := c.listRevision(ctx, namespace); err == nil {
+		rv, _ = strconv.ParseUint(text, 10, 64)
+	}
+	for _, m := range batch {
+		m.rv = rv
+		close(m.done)
 	}
 }

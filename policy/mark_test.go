@@ -1,12 +1,19 @@
 package policy
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestRoundInAnswersFromTheRoundsInProgress ensures roundIn, which the
@@ -46,4 +53,45 @@ func TestRoundInAnswersFromTheRoundsInProgress(t *testing.T) {
 	c.mu.Lock()
 	assert.False(t, c.roundIn("b"), "a term's end ends its rounds")
 	assert.Empty(t, c.begun)
+}
+
+// TestMarkIsNotHeldBehindALISTInFlight ensures a change seen while an
+// earlier mark's LIST is in flight (its answer slow) is marked by a LIST
+// sent right then, not once that answer is back: pods created meanwhile
+// (replacements) run the change, and a later LIST would count them as
+// older and restart them (the simulator's seed 5553). Marks noted before a
+// LIST is sent still share it.
+func TestMarkIsNotHeldBehindALISTInFlight(t *testing.T) {
+	api := newFakeAPI(t, &fakePod{name: "web-1", uid: "uid-1", labels: map[string]string{"app": "web"}})
+	api.listsAtRevision = true
+	x := mirror(t, api, nil)
+	release, free := heldUntilFreed(t)
+	var marks atomic.Int32
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") && slices.Equal(r.query["limit"], []string{"1"}) {
+			if marks.Add(1) == 1 {
+				<-release // the first mark's answer is slow
+			}
+		}
+		return 0, "", false
+	}
+	c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+
+	c.mu.Lock()
+	first := c.sendMark("default")
+	c.mu.Unlock()
+	require.NotNil(t, first)
+	require.Eventually(t, func() bool { return marks.Load() == 1 }, waitFor, time.Millisecond, "the first mark's LIST in flight")
+	c.mu.Lock()
+	second := c.sendMark("default")
+	c.mu.Unlock()
+	_, ok := second.wait(context.Background(), waitFor)
+	assert.True(t, ok, "the second mark answered while the first's LIST is held")
+	_, ok = first.resolved()
+	assert.False(t, ok)
+	free()
+	_, ok = first.wait(context.Background(), waitFor)
+	assert.True(t, ok)
+	assert.Equal(t, int32(2), marks.Load(), "one LIST per mark here: none noted together")
 }

@@ -629,7 +629,7 @@ func (w stateWrite) annotations(hash digest, keys keyDigests, had bool) map[stri
 	case w.undo:
 		return map[string]any{RestartingAnnotation: orNil(w.leaves().text), HaltedAnnotation: nil}
 	case w.carry != nil:
-		a := map[string]any{RestartedForAnnotation: w.carry.recorded.text(), RestartingAnnotation: orNil(w.carry.intent.text)}
+		a := map[string]any{RestartedForAnnotation: orNil(w.carry.recorded.text()), RestartingAnnotation: orNil(w.carry.intent.text)}
 		if w.carry.recordedKeys != "" || had {
 			a[RestartedForKeysAnnotation] = orNil(string(w.carry.recordedKeys))
 		}

@@ -225,12 +225,14 @@ func (e *entry) shown() stored {
 // ConfigMap's annotations lack them (one created again: they are its
 // tombstone's), for a worker whose round must wait (the storm gate):
 // written there, they tell a successor that never saw the tombstone what
-// the pods run, which it would otherwise adopt as a first sight. nil where
-// the server shows them, there is no R, or the state is a Secret's (its
-// state ConfigMap outlives it) or lives in memory only.
+// the pods run, which it would otherwise adopt as a first sight. I alone
+// (no round recorded since the object was adopted) says as much: the pods
+// are mixed. nil where the server shows them, there is neither R nor I, or
+// the state is a Secret's (its state ConfigMap outlives it) or lives in
+// memory only.
 func (e *entry) toCarry(onServer bool) *stored {
 	st := e.shown()
-	if !onServer || e.obj.kind != kindConfigMap || e.r.isZero() || (st.recorded == e.r && st.intent.text == e.i.text) {
+	if !onServer || e.obj.kind != kindConfigMap || (e.r.isZero() && !e.i.present()) || (st.recorded == e.r && st.intent.text == e.i.text) {
 		return nil
 	}
 	return &stored{recorded: e.r, recordedKeys: e.rKeys, intent: e.i}

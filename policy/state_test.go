@@ -446,3 +446,40 @@ func TestConflictWithoutAReplacementIsRetried(t *testing.T) {
 	assert.Contains(t, eventText(rec, "RestartFailed"), "no event shows it replaced or deleted")
 	assert.GreaterOrEqual(t, m.Reconciles.Value(resultError), uint64(1))
 }
+
+// TestCreatedAgainInAStormCarriesAnIntentWithoutARecord ensures a ConfigMap
+// created again while a storm holds its round back gets the tombstone's
+// intent written on it even where the tombstone holds no record (every
+// round since its last adoption cut short): a successor that finds the
+// intent restarts every pod for the new data, where one that finds nothing
+// adopts it and leaves the pods on older data for good (the simulator's
+// seed 2052). No empty record is written beside it.
+func TestCreatedAgainInAStormCarriesAnIntentWithoutARecord(t *testing.T) {
+	d1, d2, d3 := digest{sum: [32]byte{1}}, digest{sum: [32]byte{2}}, digest{sum: [32]byte{3}}
+	intentFor := func(h digest) intent { return parseIntent(h.text() + "/uid-1") }
+	tests := []struct {
+		name string
+		e    entry
+	}{
+		{"IntentOnly", entry{obj: object{kind: kindConfigMap, hash: d3, stored: stored{known: true, version: 7}}, i: intentFor(d2)}},
+		{"RecordAndIntent", entry{obj: object{kind: kindConfigMap, hash: d3, stored: stored{known: true, version: 7}}, r: d1, i: intentFor(d2)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			carry := tt.e.toCarry(true)
+			require.NotNil(t, carry, "the tombstone's state is carried to the new object")
+			a := stateWrite{carry: carry}.annotations(tt.e.obj.hash, "", false)
+			assert.Equal(t, tt.e.i.text, a[RestartingAnnotation])
+			if tt.e.r.isZero() {
+				assert.Nil(t, a[RestartedForAnnotation], "no record to carry: none written")
+			}
+
+			// A successor sees the new object as the carry leaves it.
+			st := stateWrite{carry: carry}.after(tt.e.obj.stored, tt.e.obj.hash, "")
+			next := entry{obj: object{kind: kindConfigMap, hash: d3, stored: st}, r: st.recorded, i: st.intent}
+			assert.Equal(t, stepRound, next.decide(true), "its pods are mixed: every one restarts")
+		})
+	}
+	none := entry{obj: object{kind: kindConfigMap, hash: d3, stored: stored{known: true, version: 7}}}
+	assert.Nil(t, none.toCarry(true), "nothing to carry: the new object is adopted")
+}

@@ -270,6 +270,14 @@ func (w *world) window(p *pod, sel []annotated, gen int) string {
 				return "replacement of a pod whose deletion's answer was lost or late"
 			}
 		}
+		for _, at := range w.lateMarks {
+			// The round took its pods before its mark answered: its bound
+			// decides (docs/design.md, pods created after a change was
+			// seen: "a mark still unanswered when the round takes its pods").
+			if at >= last && at <= p.created {
+				return "created after the controller saw the change, its mark's answer later than a round waits for it"
+			}
+		}
 		if w.storm(a) {
 			return "a round begun in a storm, for its own data"
 		}

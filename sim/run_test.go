@@ -218,6 +218,11 @@ func (w *world) answer(r *request, f fate) (answer, bool) {
 		if deletes && f.delay > lateAnswer {
 			w.lostAt = append(w.lostAt, w.now())
 		}
+		if f.delay > lateAnswer && r.method == http.MethodGet && r.query.Get("limit") == "1" && !watch {
+			if rt, ok := parse(r.path); ok && rt.k.res == "pods" && rt.k.name == "" {
+				w.lateMarks = append(w.lateMarks, w.now())
+			}
+		}
 		if r.method == http.MethodGet && dataCollection(r.path) {
 			w.lateViews = append(w.lateViews, span{w.now(), w.now() + f.delay})
 		}

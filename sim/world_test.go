@@ -171,13 +171,17 @@ type world struct {
 	faults struct {
 		errRate, lostRate, slowRate float64
 	}
-	proc             *process
-	stopping         *process // SIGTERMed, not exited yet
-	procSince        time.Duration
-	waitSince        map[string]time.Duration // object -> since when a round could restart a Ready pod and did not (-1: said)
-	tokens           capBucket                // MAX_RESTARTS_PER_SECOND as the controller's restarts spend it
-	serving          *request                 // the request being served, if any
-	lostAt           []time.Duration
+	proc      *process
+	stopping  *process // SIGTERMed, not exited yet
+	procSince time.Duration
+	waitSince map[string]time.Duration // object -> since when a round could restart a Ready pod and did not (-1: said)
+	tokens    capBucket                // MAX_RESTARTS_PER_SECOND as the controller's restarts spend it
+	serving   *request                 // the request being served, if any
+	lostAt    []time.Duration
+	// lateMarks are when a consistent pod LIST with limit=1 (a mark, or a
+	// bound) was served whose answer was held beyond lateAnswer: a round
+	// waits that long for its mark (docs/design.md, "half a second at most").
+	lateMarks        []time.Duration
 	quietGets        bool // GETs left out of the trace
 	livelock         bool
 	ending           bool
