@@ -127,3 +127,71 @@ func TestDaemonSetPodDeletedByOthersKeepsCountingUntilReplaced(t *testing.T) {
 		assert.Equal(t, []string{"web-1"}, api.deletedPods(), "4 expected, web-4 gone, 3 Ready: no room for another")
 	})
 }
+
+// TestDaemonSetPodDeletedBeforeTheFirstWaveKeepsCounting ensures a pod of
+// a DaemonSet that the round saw when it took its pods, deleted by other
+// hands before its first wave counted (while it settles), keeps counting
+// expected: the round saw it since it began, and the DaemonSet replaces it
+// only once it is gone. With 4 expected, web-4 gone and its replacement
+// not shown yet, and a budget of 1, no pod may go down.
+func TestDaemonSetPodDeletedBeforeTheFirstWaveKeepsCounting(t *testing.T) {
+	pods := podsOf("RRRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	api := newFakeAPI(t, pods...)
+	x := mirror(t, api, nil)
+	cfg := withIndex(Config{RecordHash: true, Settle: time.Second, ProgressDeadline: time.Hour}, x)
+	cfg.MaxUnavailable = Budget{Pods: 1}
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newTestController(t, memAPI{api}, cfg)
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait() // the round took its 4 pods and settles
+		api.mu.Lock()
+		gone := *api.pods["web-4"] // kubectl delete pod: the DaemonSet replaces it later
+		delete(api.pods, "web-4")
+		api.revision++
+		gone.version = api.revision
+		api.mu.Unlock()
+		x.Handle(podEvent(t, watch.Deleted, gone))
+		time.Sleep(leftAfter / 2)
+		synctest.Wait()
+		assert.Empty(t, api.deletedPods(), "4 expected, web-4 gone, 3 Ready: no room for one")
+	})
+}
+
+// TestDaemonSetPodDeletedBeforeTheRoundBeganKeepsCounting ensures a pod of
+// a DaemonSet that an earlier round's count showed, deleted by other hands
+// just before the next round began, keeps counting expected in that round:
+// the DaemonSet replaces it only once it is gone, and a round that did not
+// see it would widen the budget until the replacement shows. A first round
+// restarts the 4 pods; web-1-r goes by kubectl, with no replacement shown;
+// with a budget of 1, the next round's restarts wait.
+func TestDaemonSetPodDeletedBeforeTheRoundBeganKeepsCounting(t *testing.T) {
+	pods := podsOf("RRRR")
+	for _, p := range pods {
+		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+	}
+	api := newFakeAPI(t, pods...)
+	api.replaceNotReady()
+	api.readyOnceListed()
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		for i := 0; i < 60 && len(api.deletedPods()) < 4; i++ {
+			time.Sleep(time.Second) // the replacements become Ready
+			synctest.Wait()
+		}
+		require.Len(t, api.deletedPods(), 4, "the first round restarted every pod")
+		api.mu.Lock()
+		delete(api.pods, "web-1-r") // kubectl delete pod: the DaemonSet replaces it later
+		api.revision++
+		api.mu.Unlock()
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v3})
+		time.Sleep(leftAfter / 2)
+		synctest.Wait()
+		assert.Len(t, api.deletedPods(), 4, "4 expected, web-1-r gone, 3 Ready: no room for one")
+	})
+}

@@ -264,7 +264,34 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 		r.indexed = &indexed{index: x, answered: math.MaxUint64}
 	}
 	r.state = make([]podState, len(r.pods))
-	r.listed, r.progress, r.mostSeen = true, time.Now(), map[string]int{}
+	r.listed, r.progress = true, time.Now()
+	// The owned pods shown now are seen since the round began: one a count
+	// misses later (deleted by other hands while the round settles or
+	// waits its turn) keeps counting for leftAfter, as a DaemonSet
+	// replaces it only once it is gone.
+	r.mostSeen, r.live = map[string]int{}, map[string]string{}
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			r.mostSeen[p.owner.uid]++
+			r.live[p.uid] = p.owner.uid
+		}
+	}
+	// So are those the namespace's latest count showed, within leftAfter,
+	// that this view misses and no round restarted: gone by other hands
+	// just before the round began, they count until leftAfter after that
+	// count.
+	if r.progress.Sub(b.shownAt) < leftAfter {
+		for uid, owner := range b.shown {
+			if _, ours := b.inFlight[uid]; r.live[uid] != "" || ours {
+				continue
+			}
+			if r.left == nil {
+				r.left = map[string]leftPod{}
+			}
+			r.mostSeen[owner]++
+			r.left[uid] = leftPod{owner: owner, at: b.shownAt}
+		}
+	}
 	if r.owes {
 		b.oweResumed(r, view, r.progress)
 	}

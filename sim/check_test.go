@@ -453,6 +453,10 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 		w.note("an owner scaled up within the second before the restart, after its scale was read, its pods not created then")
 		return
 	}
+	if expected, available := w.countsShown(a, p, r); available >= expected-w.allowed(expected) {
+		w.note("a DaemonSet's node came back, its pod created after the last view of the pods shown to the controller that sent the restart")
+		return
+	}
 	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
 }
 
@@ -489,6 +493,29 @@ func (w *world) unshownDrops(a annotated, p *pod, r *request) int {
 		}
 	}
 	return n
+}
+
+// countsShown is checkBudget's counts with each DaemonSet's pod created
+// for its node come back left out of its desired pods where no view shown
+// to r's controller before r was sent showed it: docs/design.md (waves)
+// estimates the expected pods of an owner with no scale from the pods the
+// server showed the controller, and a node come back is seen only by its
+// pod. A pod recreated on a node that stayed is no such pod: the estimate
+// keeps counting the one it replaces.
+func (w *world) countsShown(a annotated, p *pod, r *request) (expected, available int) {
+	shown := func(q *pod) bool {
+		for _, k := range []string{q.uid, q.ns, "*"} {
+			for _, v := range w.podViews[fmt.Sprintf("%s/%d", k, r.conn.gen)] {
+				if v.at < r.at && v.made >= q.created {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return w.countsOf(a, p, func(a annotated, q *pod) bool {
+		return w.inBudget(a, q) && (!q.returned || shown(q))
+	}, func(wl *workload) (int, time.Duration) { return wl.replicas, -1 })
 }
 
 // countsAsRead is checkBudget's counts with each ReplicaSet scaled up

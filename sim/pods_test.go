@@ -93,6 +93,7 @@ func (w *world) newPod(wl *workload, node int) *pod {
 	p.name = fmt.Sprintf("%s-%d", wl.name, wl.serial)
 	if wl.kind == "DaemonSet" {
 		p.name = fmt.Sprintf("%s-n%d-%d", wl.name, node, wl.serial)
+		p.returned = wl.returning[node]
 		delete(wl.returning, node)
 	}
 	for k := range w.api.objects {

@@ -94,6 +94,8 @@ type pod struct {
 	// availAtDrop: it was available until then.
 	dropped     time.Duration
 	availAtDrop bool
+	// returned: a DaemonSet's pod created for its node come back.
+	returned bool
 }
 
 // data is one data object's ground truth history.
