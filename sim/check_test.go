@@ -474,7 +474,7 @@ func (w *world) unshownDrops(a annotated, p *pod, r *request) int {
 			continue
 		}
 		for _, q := range wl.pods {
-			if q == p || !q.availAtDrop || (q.alive && w.available(q)) || (!q.alive && q.restarted) || !w.inBudget(a, q) {
+			if q == p || !q.availAtDrop || (q.alive && w.available(q)) || (!q.alive && q.restarted) || !w.inBudget(a, asAlive(q)) {
 				continue
 			}
 			before, since := false, false
@@ -516,6 +516,18 @@ func (w *world) countsShown(a annotated, p *pod, r *request) (expected, availabl
 	return w.countsOf(a, p, func(a annotated, q *pod) bool {
 		return w.inBudget(a, q) && (!q.returned || shown(q))
 	}, func(wl *workload) (int, time.Duration) { return wl.replicas, -1 })
+}
+
+// asAlive is q as it was before its removal, if removed: a's selection
+// of a pod removed by other hands is judged on the labels it had then,
+// which its removal leaves as they were (selects takes no removed pod).
+func asAlive(q *pod) *pod {
+	if q.alive {
+		return q
+	}
+	c := *q
+	c.alive = true
+	return &c
 }
 
 // countsAsRead is checkBudget's counts with each ReplicaSet scaled up
