@@ -26,9 +26,16 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 // and, once read, by the product mechanism (its family); they leave the CI
 // set until it is fixed. "k/10": failed in k of 10 replays. Any change to
 // what the generator draws (a new kind of event) moves every seed: the list
-// is then made again from a `make sim SEEDS=1-300` run (this one from seeds
-// 1-2000).
-var knownBugSeeds = map[uint64]string{}
+// is then made again from a `make sim SEEDS=1-300` run (this one from the
+// failures of seeds 1-3937 and 5501-8418, read one by one).
+var knownBugSeeds = map[uint64]string{
+	2029: "once at 25.2 s: a round begun with no round in progress sends no mark, and its intent's write answered late: its bound (its first DELETE's answer) comes after two replacements of an earlier round, which it restarts; sending the bound beside the write is a LIST more per round, not decided",
+	2649: "budget at 127.6 s: POD_INDEX=false: a wave restarts on its own LIST, older than another round's LIST that had shown a pod gone not Ready while its scale read was held; a fix (LIST again when a newer one answered) is held back",
+	2695: "budget at 48.4 s: an owner scaled up 1.4 s before the wave's LIST, none of its pods shown yet, is not counted; the docs' window is a second: not decided",
+	7381: "budget at 114.0 s: two rounds over a pod just relabelled into the second's selection choose in the same instant; not read further",
+	7481: "budget at 59.4 s: POD_INDEX=false: an owner not counted after another round restarted its not-Ready pod, its replacement not created yet; not read further",
+	7618: "budget at 178.0 s: as 2649",
+}
 
 // result is what one run left.
 type result struct {
