@@ -634,7 +634,7 @@ func (w *world) checkConverged() {
 // than a's last, "" if none.
 func (w *world) convergeWindow(a annotated, p *pod) string {
 	dk := dataKey(a.kind, a.ns, a.name)
-	if w.adoptedAsIs(a) {
+	if _, ok := w.adoptedRecreated[dk]; ok {
 		return "object deleted or created again while no controller ran, or while its namespace was out: adopted"
 	}
 	for _, under := range w.recreatedUnder[dk] {
