@@ -23,8 +23,7 @@ import (
 //     until a read answers, as the disruption controller allows no
 //     disruption while it cannot count; where they cannot be read (RBAC, no
 //     scale subresource), the most live pods of that owner seen since the
-//     round began (its take's view, and the pods the namespace's latest
-//     count showed within leftAfter, take): terminating ones
+//     round began: terminating ones
 //     included in the first view of it (a StatefulSet replaces a pod only
 //     once it is gone), not in later ones (a ReplicaSet's replacement and
 //     the pod it replaces are both live for a while: a live view, or a
@@ -106,11 +105,6 @@ type namespaceBudget struct {
 	// replacement created meanwhile, counted gone by other hands, lowers
 	// its owner's estimate, and the budget with it.
 	listedUpTo uint64
-	// shown is the owned live pods of the namespace's latest count (pod
-	// uid → owner uid), taken at shownAt: a round that begins after one of
-	// them went by other hands has not seen it (take).
-	shown   map[string]string
-	shownAt time.Time
 }
 
 // noteListed notes the pods a LIST of the namespace showed.
@@ -404,7 +398,6 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 	}
 	r.live = live
-	b.shown, b.shownAt = live, now
 	left := map[string]int{}
 	for uid, l := range r.left {
 		if now.Sub(l.at) >= leftAfter {

@@ -160,38 +160,3 @@ func TestDaemonSetPodDeletedBeforeTheFirstWaveKeepsCounting(t *testing.T) {
 		assert.Empty(t, api.deletedPods(), "4 expected, web-4 gone, 3 Ready: no room for one")
 	})
 }
-
-// TestDaemonSetPodDeletedBeforeTheRoundBeganKeepsCounting ensures a pod of
-// a DaemonSet that an earlier round's count showed, deleted by other hands
-// just before the next round began, keeps counting expected in that round:
-// the DaemonSet replaces it only once it is gone, and a round that did not
-// see it would widen the budget until the replacement shows. A first round
-// restarts the 4 pods; web-1-r goes by kubectl, with no replacement shown;
-// with a budget of 1, the next round's restarts wait.
-func TestDaemonSetPodDeletedBeforeTheRoundBeganKeepsCounting(t *testing.T) {
-	pods := podsOf("RRRR")
-	for _, p := range pods {
-		p.owner, p.ownerKind = "web-ds", "DaemonSet"
-	}
-	api := newFakeAPI(t, pods...)
-	api.replaceNotReady()
-	api.readyOnceListed()
-	synctest.Test(t, func(t *testing.T) {
-		c, _ := newTestController(t, memAPI{api}, Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
-		start(t, c)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-		for i := 0; i < 60 && len(api.deletedPods()) < 4; i++ {
-			time.Sleep(time.Second) // the replacements become Ready
-			synctest.Wait()
-		}
-		require.Len(t, api.deletedPods(), 4, "the first round restarted every pod")
-		api.mu.Lock()
-		delete(api.pods, "web-1-r") // kubectl delete pod: the DaemonSet replaces it later
-		api.revision++
-		api.mu.Unlock()
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v3})
-		time.Sleep(leftAfter / 2)
-		synctest.Wait()
-		assert.Len(t, api.deletedPods(), 4, "4 expected, web-1-r gone, 3 Ready: no room for one")
-	})
-}

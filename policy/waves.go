@@ -276,22 +276,6 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 			r.live[p.uid] = p.owner.uid
 		}
 	}
-	// So are those the namespace's latest count showed, within leftAfter,
-	// that this view misses and no round restarted: gone by other hands
-	// just before the round began, they count until leftAfter after that
-	// count.
-	if r.progress.Sub(b.shownAt) < leftAfter {
-		for uid, owner := range b.shown {
-			if _, ours := b.inFlight[uid]; r.live[uid] != "" || ours {
-				continue
-			}
-			if r.left == nil {
-				r.left = map[string]leftPod{}
-			}
-			r.mostSeen[owner]++
-			r.left[uid] = leftPod{owner: owner, at: b.shownAt}
-		}
-	}
 	if r.owes {
 		b.oweResumed(r, view, r.progress)
 	}
