@@ -480,44 +480,46 @@ func TestEstimateTakesNoPodOnANodeComeBackForAReplacement(t *testing.T) {
 	assert.Equal(t, 2, *fewestReady, "3 expected once n3 is back, a budget of 1: web-2 waits for web-1's replacement")
 }
 
-// TestResumedRoundOwesNoPodReplacedUnderAnotherOwner ensures a round that
-// resumes an intent naming a DaemonSet's only pod and a ReplicaSet's pod
-// the earlier process restarted, whose replacement runs, owes the
-// DaemonSet nothing: it restarts the DaemonSet's pod at once (budget 1),
-// not after the 2 minutes a restart counts in flight (simulator seed 203).
-func TestResumedRoundOwesNoPodReplacedUnderAnotherOwner(t *testing.T) {
-	pods := podsOf("RR")
-	pods[0].owner, pods[0].ownerKind = "web-ds", "DaemonSet"
-	pods[1].name, pods[1].uid = "web-2-r", "uid-2-r" // web-2 (uid-2) restarted, its replacement Ready
-	api := newFakeAPI(t, pods...)
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2"})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+// TestResumedRoundOwesNoPodItsOwnerDoesNotReplace ensures a round that
+// resumes an intent owes the one owner its view shows no pod gone that
+// this owner will not replace, and so restarts its next pod at once
+// (budget 1), not after the 2 minutes a restart counts in flight: a
+// ReplicaSet's pod the earlier process restarted, whose replacement runs
+// beside a DaemonSet's only pod (simulator seed 203), and a bare pod it
+// restarted beside a DaemonSet's 3, the intent grouping them by owner (seed
+// 481).
+func TestResumedRoundOwesNoPodItsOwnerDoesNotReplace(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		pods   func() []*fakePod
+		intent string // after the digest
+		want   []string
+	}{
+		{"ReplacedUnderAnotherOwner", func() []*fakePod {
+			pods := podsOf("RR")
+			pods[0].owner, pods[0].ownerKind = "web-ds", "DaemonSet"
+			pods[1].name, pods[1].uid = "web-2-r", "uid-2-r" // web-2 (uid-2) restarted, its replacement Ready
+			return pods
+		}, "uid-1,uid-2", []string{"web-1"}},
+		{"BarePodBesideTheOwnerShown", func() []*fakePod {
+			pods := podsOf("RRR")
+			for _, p := range pods {
+				p.owner, p.ownerKind = "web-ds", "DaemonSet"
+			}
+			pods[0].name, pods[0].uid = "web-1-r", "uid-1-r" // web-1 restarted, its replacement Ready; web-4, bare, restarted
+			return pods
+		}, "uid-1,uid-2,uid-3,,uid-4", []string{"web-2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, tt.pods()...)
+			c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
+			start(t, c)
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/" + tt.intent})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
 
-	assert.Equal(t, []string{"web-1"}, api.removedPods(), "web-2's replacement is the ReplicaSet's: the DaemonSet misses no pod")
-}
-
-// TestResumedRoundOwesNoBarePodToTheOwnerShown ensures a round that
-// resumes an intent over a DaemonSet's 3 pods and a bare pod, of which the
-// earlier process restarted the bare pod and a DaemonSet pod whose
-// replacement runs, owes the DaemonSet nothing: the bare pod has no
-// replacement to wait for, and owed to the one owner the view shows it
-// would hold the DaemonSet's pods for the 2 minutes a restart counts in
-// flight (budget 1; simulator seed 481).
-func TestResumedRoundOwesNoBarePodToTheOwnerShown(t *testing.T) {
-	pods := podsOf("RRR")
-	for _, p := range pods {
-		p.owner, p.ownerKind = "web-ds", "DaemonSet"
+			assert.Equal(t, tt.want, api.removedPods(), "the DaemonSet misses no pod")
+		})
 	}
-	pods[0].name, pods[0].uid = "web-1-r", "uid-1-r" // web-1 restarted, its replacement Ready; web-4, bare, restarted
-	api := newFakeAPI(t, pods...)
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2,uid-3,,uid-4"})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
-
-	assert.Equal(t, []string{"web-2"}, api.removedPods(), "web-4 was bare: the DaemonSet misses no pod")
 }
 
 // TestIntentGroupsItsPodsByOwner ensures the intent names a round's pods

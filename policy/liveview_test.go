@@ -335,72 +335,56 @@ func TestWavesWakeOnReadiness(t *testing.T) {
 
 // TestWaveCountsOnTheIndexAfterItsScaleReads ensures a wave that decides
 // from the index counts on the index as it is once its owners' scale is
-// read, not as it was before: a pod that goes not Ready while the read is
-// slow (4 Ready pods, MAX_UNAVAILABLE=1) leaves no pod to restart, where
-// the view taken before the read allowed one (simulator seeds 1622, 1811).
+// read, not as it was before: a pod that goes not Ready (simulator seeds
+// 1622, 1811), or a pod of its own deleted by other hands (seed 995),
+// while the read is slow (4 Ready pods, MAX_UNAVAILABLE=1) leaves no pod to
+// restart, where the view taken before the read, still showing it Ready,
+// allowed one.
 func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
-	api := newFakeAPI(t, owned("webapp", 4)...)
-	x := mirror(t, api, api.replacement)
-	var blipped atomic.Bool
-	api.fault = func(r request) (int, string, bool) {
-		if strings.HasSuffix(r.path, "/scale") && blipped.CompareAndSwap(false, true) {
-			// webapp-4's probe fails while the scale is read.
-			api.mu.Lock()
-			p := api.pods["webapp-4"]
+	for _, tt := range []struct {
+		name string
+		// meanwhile happens to webapp-4 while the scale is read; it
+		// returns the event the pods watch shows. api.mu is held.
+		meanwhile func(api *fakeAPI, p *fakePod) watch.Event
+	}{
+		{"PodGoneNotReady", func(api *fakeAPI, p *fakePod) watch.Event { // its probe fails
 			api.revision++
 			p.ready, p.version, p.readySince = false, api.revision, time.Now()
-			ev := podEvent(t, watch.Modified, *p)
-			api.mu.Unlock()
-			x.Handle(ev)
-		}
-		return 0, "", false
-	}
-	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, api.client(), cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
-
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
-	require.True(t, blipped.Load(), "the scale was read")
-	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
-}
-
-// TestWaveCountsAPodGoneWhileItsScaleReadIsSlow ensures a wave that
-// decides from the index counts a pod of its own deleted by other hands
-// while its owners' scale read is slow as the index shows it once the read
-// is back: gone, not available (4 Ready pods, MAX_UNAVAILABLE=1), so no pod
-// goes, where the view taken before the read, still showing it Ready,
-// allowed one (simulator seed 995).
-func TestWaveCountsAPodGoneWhileItsScaleReadIsSlow(t *testing.T) {
-	api := newFakeAPI(t, owned("webapp", 4)...)
-	x := mirror(t, api, nil)
-	var deleted atomic.Bool
-	api.fault = func(r request) (int, string, bool) {
-		if strings.HasSuffix(r.path, "/scale") && deleted.CompareAndSwap(false, true) {
-			// kubectl delete pod webapp-4 while the scale is read.
-			api.mu.Lock()
-			p := *api.pods["webapp-4"]
+			return podEvent(t, watch.Modified, *p)
+		}},
+		{"PodDeletedByOthers", func(api *fakeAPI, p *fakePod) watch.Event { // kubectl delete pod
 			delete(api.pods, p.name)
 			api.revision++
-			p.version = api.revision
-			ev := podEvent(t, watch.Deleted, p)
-			api.mu.Unlock()
-			x.Handle(ev)
-		}
-		return 0, "", false
-	}
-	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, api.client(), cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
+			gone := *p
+			gone.version = api.revision
+			return podEvent(t, watch.Deleted, gone)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 4)...)
+			x := mirror(t, api, nil)
+			var read atomic.Bool
+			api.fault = func(r request) (int, string, bool) {
+				if strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) {
+					api.mu.Lock()
+					ev := tt.meanwhile(api, api.pods["webapp-4"])
+					api.mu.Unlock()
+					x.Handle(ev)
+				}
+				return 0, "", false
+			}
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+			cfg.Pods = oneIndex{x: x}
+			c, m := newTestController(t, api.client(), cfg)
+			c.wavePoll = time.Hour
+			start(t, c)
 
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
-	require.True(t, deleted.Load(), "the scale was read")
-	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+			require.True(t, read.Load(), "the scale was read")
+			assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
+		})
+	}
 }
 
 // TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow ensures a wave
