@@ -78,6 +78,16 @@ func (f *fakeAPI) replacement(p fakePod) *fakePod {
 	return n
 }
 
+// addReadyShown adds a Ready pod of owner, as its ReplicaSet and the
+// kubelet would, and shows it to the index x.
+func (f *fakeAPI) addReadyShown(t *testing.T, x *podindex.Index, name, owner string, labels map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pods[f.addPodLocked(name, labels).name]
+	p.owner, p.ready, p.readySince = owner, true, time.Now()
+	x.Handle(podEvent(t, watch.Added, *p))
+}
+
 // podLists returns the pod LISTs the fake served (not DELETEs, evictions,
 // scale reads).
 func (f *fakeAPI) podLists() []request {
@@ -689,12 +699,7 @@ func TestScaleUpWithinASecondOfTheReadKeepsTheBudget(t *testing.T) {
 		assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "5 expected, 4 available: no pod may go")
 		assert.Len(t, api.seen(http.MethodGet, "scale"), reads+1, "the scale read again once")
 
-		api.mu.Lock()
-		n := api.addPodLocked("webapp-5", map[string]string{"app": "webapp"})
-		p = api.pods[n.name]
-		p.owner, p.ready, p.readySince = "webapp-rs", true, time.Now()
-		x.Handle(podEvent(t, watch.Added, *p))
-		api.mu.Unlock()
+		api.addReadyShown(t, x, "webapp-5", "webapp-rs", map[string]string{"app": "webapp"}) // the scale-up's pod
 		synctest.Wait()
 		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
 	})
@@ -838,12 +843,7 @@ func TestScaleReadWithoutAnAnswerRestartsNoReadyPod(t *testing.T) {
 				assert.Greater(t, len(api.seen(http.MethodGet, "scale")), reads, "read again a second later, with no pod event")
 				assert.Equal(t, []string{"webapp-1"}, api.removedPods(), "5 expected, 4 available: no pod may go")
 
-				api.mu.Lock()
-				n := api.addPodLocked("webapp-5", map[string]string{"app": "webapp"})
-				p = api.pods[n.name]
-				p.owner, p.ready, p.readySince = "webapp-rs", true, time.Now()
-				x.Handle(podEvent(t, watch.Added, *p))
-				api.mu.Unlock()
+				api.addReadyShown(t, x, "webapp-5", "webapp-rs", map[string]string{"app": "webapp"}) // the scale-up's pod
 				synctest.Wait()
 				assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods(), "5 available: the next pod goes")
 				assert.Equal(t, uint64(1), m.OwnerReadsFailed.Value("unanswered"))
