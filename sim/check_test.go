@@ -454,7 +454,7 @@ func (w *world) checkBudget(a annotated, p *pod, r *request) {
 		return
 	}
 	if expected, available := w.countsShown(a, p, r); available >= expected-w.allowed(expected) {
-		w.note("a DaemonSet's node came back, its pod created after the last view of the pods shown to the controller that sent the restart")
+		w.note("pods no view shown to the controller that sent the restart showed: a DaemonSet's pod for its node come back, or every pod of a new owner")
 		return
 	}
 	w.violate("budget", "%s/%s restarted for %s/%s leaves %d available of %d expected (MAX_UNAVAILABLE %s)", p.ns, p.name, a.kind, a.name, available, expected, w.budget)
@@ -495,26 +495,32 @@ func (w *world) unshownDrops(a annotated, p *pod, r *request) int {
 	return n
 }
 
-// countsShown is checkBudget's counts with each DaemonSet's pod created
-// for its node come back left out of its desired pods where no view shown
-// to r's controller before r was sent showed it: docs/design.md (waves)
-// estimates the expected pods of an owner with no scale from the pods the
-// server showed the controller, and a node come back is seen only by its
-// pod. A pod recreated on a node that stayed is no such pod: the estimate
-// keeps counting the one it replaces.
+// countsShown is checkBudget's counts without the pods no view shown to
+// r's controller before r was sent could have counted: docs/design.md
+// (waves) counts the pods and owners the server showed the controller.
+// Left out: a DaemonSet's pod created for its node come back where no
+// view showed it (a node come back is seen only by its pod; a pod
+// recreated on a node that stayed is no such pod: the estimate keeps
+// counting the one it replaces), and every pod of an owner none of whose
+// pods a view showed (a ReplicaSet a rollout has just made: owners are
+// learnt from their pods).
 func (w *world) countsShown(a annotated, p *pod, r *request) (expected, available int) {
 	shown := func(q *pod) bool {
 		for _, k := range []string{q.uid, q.ns, "*"} {
 			for _, v := range w.podViews[fmt.Sprintf("%s/%d", k, r.conn.gen)] {
-				if v.at < r.at && v.made >= q.created {
+				if v.at < r.at && v.made >= q.created && (q.alive || v.made <= q.dropped) {
 					return true
 				}
 			}
 		}
 		return false
 	}
+	known := map[*workload]bool{}
+	for _, wl := range w.wls {
+		known[wl] = slices.ContainsFunc(wl.pods, shown)
+	}
 	return w.countsOf(a, p, func(a annotated, q *pod) bool {
-		return w.inBudget(a, q) && (!q.returned || shown(q))
+		return w.inBudget(a, q) && known[q.wl] && (!q.returned || shown(q))
 	}, func(wl *workload) (int, time.Duration) { return wl.replicas, -1 })
 }
 
