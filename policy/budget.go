@@ -105,15 +105,28 @@ type namespaceBudget struct {
 	// replacement created meanwhile, counted gone by other hands, lowers
 	// its owner's estimate, and the budget with it.
 	listedUpTo uint64
+	// listedAt is the revision of the newest LIST of the namespace's pods
+	// answered: a wave whose own LIST is older would count behind a view
+	// the controller already has (listedSince).
+	listedAt uint64
 }
 
-// noteListed notes the pods a LIST of the namespace showed.
-func (b *namespaceBudget) noteListed(pods []livePod) {
+// noteListed notes the pods a LIST of the namespace at revision at showed.
+func (b *namespaceBudget) noteListed(pods []livePod, at uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range pods {
 		b.listedUpTo = max(b.listedUpTo, pods[i].version)
 	}
+	b.listedAt = max(b.listedAt, at)
+}
+
+// listedSince reports whether a LIST of the namespace newer than
+// revision at has answered.
+func (b *namespaceBudget) listedSince(at uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.listedAt > at
 }
 
 // indexCaughtUp reports whether an index that has shown every pod event up

@@ -100,6 +100,17 @@ func (f *fakeAPI) podLists() []request {
 	return out
 }
 
+// firstPages counts the LISTs in lists, each by its first page.
+func firstPages(lists []request) int {
+	n := 0
+	for _, l := range lists {
+		if _, next := l.query["continue"]; !next {
+			n++
+		}
+	}
+	return n
+}
+
 // TestMembershipBound ensures a round that began from the index completes
 // its membership from the index once it has caught up to the bound (its
 // first DELETE's answer), with no pod LIST: a pod created just before the
@@ -397,6 +408,60 @@ func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
 	}
 }
 
+// TestWaveListsAgainWhenANewerListAnsweredDuringItsReads ensures a wave
+// that decides on its own LIST (no index) counts on the newest view the
+// controller was shown: a LIST of the namespace by another round that
+// answers while the wave's scale read is out, showing a pod gone not Ready
+// (4 Ready pods, MAX_UNAVAILABLE=1), makes the wave list again, and no pod
+// goes, where its own older LIST allowed one (simulator seeds 2649, 7618).
+// With no newer LIST, the wave lists once: a LIST per wave stays the cost.
+func TestWaveListsAgainWhenANewerListAnsweredDuringItsReads(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		otherLists  bool
+		wantRemoved int
+		wantLists   int // pod LISTs sent before the wave's decision
+	}{
+		{"AnotherRoundListedMeanwhile", true, 0, 3},
+		{"NoNewerList", false, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, owned("webapp", 4)...)
+			api.listsAtRevision = true
+			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+			c, m := newTestController(t, api.client(), cfg)
+			c.wavePoll = time.Hour
+			var read, decided atomic.Bool
+			var listsBefore atomic.Int64
+			api.fault = func(r request) (int, string, bool) {
+				switch {
+				case strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) && tt.otherLists:
+					api.mu.Lock()
+					p := api.pods["webapp-4"] // its probe fails
+					api.revision++
+					p.ready, p.version, p.readySince = false, api.revision, time.Now()
+					api.mu.Unlock()
+					_, _, err := c.viewOf(context.Background(), "ns", &round{}) // another round's wave
+					require.NoError(t, err)
+				case r.method == http.MethodDelete && decided.CompareAndSwap(false, true):
+					listsBefore.Store(int64(firstPages(api.podLists())))
+				}
+				return 0, "", false
+			}
+			start(t, c)
+
+			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 }, waitFor, time.Millisecond)
+			require.True(t, read.Load(), "the scale was read")
+			assert.Len(t, api.removedPods(), tt.wantRemoved)
+			if !decided.Load() {
+				listsBefore.Store(int64(firstPages(api.podLists())))
+			}
+			assert.EqualValues(t, tt.wantLists, listsBefore.Load(), "pod LISTs before the wave decided")
+		})
+	}
+}
+
 // TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow ensures a wave
 // counts the budget of a round whose change was seen while its owners'
 // scale reads were out, not begun yet (one worker, busy with the wave): 8
@@ -510,7 +575,7 @@ func TestListedAndIndexedPodsDecideAlike(t *testing.T) {
 	t.Cleanup(srv.Close)
 	api := &fakeAPI{t: t, srv: srv}
 	c, _ := newTestController(t, api.client(), Config{})
-	listed, err := c.listNamespace(context.Background(), "default")
+	listed, _, err := c.listNamespace(context.Background(), "default")
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 

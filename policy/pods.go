@@ -90,11 +90,10 @@ func (p *livePod) unserving(now time.Time) string {
 
 // listNamespace lists every pod of namespace: a view in which a round finds
 // its pods, those of the other rounds, and each owner's. A pod the view
-// does not show is gone.
-func (c *Controller) listNamespace(ctx context.Context, namespace string) ([]livePod, error) {
-	var pods []livePod
-	err := c.eachPod(ctx, namespace, url.Values{}, func(p livePod) { pods = append(pods, p) })
-	return pods, err
+// does not show is gone. at is the list's revision (0 if no number).
+func (c *Controller) listNamespace(ctx context.Context, namespace string) (pods []livePod, at uint64, err error) {
+	at, err = c.eachPod(ctx, namespace, url.Values{}, func(p livePod) { pods = append(pods, p) })
+	return pods, at, err
 }
 
 // listWhole returns the selected pods but the controller's own and its
@@ -103,7 +102,7 @@ func (c *Controller) listNamespace(ctx context.Context, namespace string) ([]liv
 // reads it.
 func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selection) ([]livePod, error) {
 	var pods []livePod
-	err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.labels.String()}}, func(p livePod) {
+	_, err := c.eachPod(ctx, namespace, url.Values{"labelSelector": {sel.labels.String()}}, func(p livePod) {
 		if !sel.ref.reads(p.refs) {
 			return
 		}
@@ -116,11 +115,11 @@ func (c *Controller) listWhole(ctx context.Context, namespace string, sel *selec
 	return pods, err
 }
 
-// eachPod lists pods with query q, page by page, and calls visit for each.
-// The pods are whole: readiness and owners are in the object, not in its
-// metadata alone.
-func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(livePod)) error {
-	_, err := apiclient.List(ctx, c.api, apiclient.CorePath(namespace, "pods", ""), q, "application/json", apiclient.ListPageSize, func(raw []byte) {
+// eachPod lists pods with query q, page by page, and calls visit for each;
+// at is the list's revision (0 if no number). The pods are whole:
+// readiness and owners are in the object, not in its metadata alone.
+func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values, visit func(livePod)) (at uint64, err error) {
+	meta, err := apiclient.List(ctx, c.api, apiclient.CorePath(namespace, "pods", ""), q, "application/json", apiclient.ListPageSize, func(raw []byte) {
 		if p, ok := readPod(raw); ok {
 			visit(p)
 		} else {
@@ -129,11 +128,12 @@ func (c *Controller) eachPod(ctx context.Context, namespace string, q url.Values
 	})
 	switch {
 	case apiclient.IsForbidden(err):
-		return fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
+		return 0, fmt.Errorf("RBAC: the controller may not list pods in %s (needs verb list on pods): %w", namespace, err)
 	case err != nil:
-		return fmt.Errorf("pod list of %s: %w", namespace, err)
+		return 0, fmt.Errorf("pod list of %s: %w", namespace, err)
 	}
-	return nil
+	at, _ = strconv.ParseUint(meta.ResourceVersion, 10, 64)
+	return at, nil
 }
 
 // readPod reads one pod of a list; false if it has no name or uid. What it
@@ -164,7 +164,7 @@ func fromRecord(r podindex.Record) livePod {
 // metadata.name field selector (the verb the sweep needs; no get); found
 // is false if there is none.
 func (c *Controller) reread(ctx context.Context, namespace, name string) (p livePod, found bool, err error) {
-	err = c.eachPod(ctx, namespace, url.Values{"fieldSelector": {"metadata.name=" + name}}, func(l livePod) {
+	_, err = c.eachPod(ctx, namespace, url.Values{"fieldSelector": {"metadata.name=" + name}}, func(l livePod) {
 		if l.name == name {
 			p, found = l, true
 		}

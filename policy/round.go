@@ -51,6 +51,7 @@ type round struct {
 	state     []podState    // state[i] is pods[i]'s, written by its restart's goroutine
 	indexed   *indexed      // set when the round took its pods from the pod index (sweep.go)
 	next      time.Duration // when a waiting round looks again (nextLook)
+	listedAt  uint64        // the revision of the LIST its wave's view came from (viewOf; 0: the index's)
 	token     time.Time     // a token of MAX_RESTARTS_PER_SECOND it reserved for a pod that needs the budget: when it is due (tokenFor)
 	tokenAt   time.Time     // its last wave left restarts for want of a token of MAX_RESTARTS_PER_SECOND due soon: when one may be reserved (soonTokens; zero: none left)
 

@@ -160,7 +160,7 @@ func (c *Controller) indexFor(namespace string) *podindex.Index {
 // viewOf returns every pod of namespace: from the index (x) where one
 // watches, has shown as far as every LIST of the namespace's pods (a view
 // never goes back in time) and shows every pending pod of the round, else
-// from a LIST (x nil). A pending pod the index does not show may be gone,
+// from a LIST (x nil), whose revision r keeps (listedAt). A pending pod the index does not show may be gone,
 // or not shown yet (a round that took it from a LIST while the index
 // relisted, or a sweep that found it): only the server says which, and
 // refresh takes a pod missing from the view for gone. A view whose pods'
@@ -177,8 +177,10 @@ func (c *Controller) viewOf(ctx context.Context, namespace string, r *round) (vi
 			return shown, x, nil
 		}
 	}
-	if view, err = c.listNamespace(ctx, namespace); err == nil {
-		c.budgetOf(namespace).noteListed(view)
+	var at uint64
+	if view, at, err = c.listNamespace(ctx, namespace); err == nil {
+		c.budgetOf(namespace).noteListed(view, at)
+		r.listedAt = at
 	}
 	return view, nil, err
 }

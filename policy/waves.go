@@ -151,7 +151,9 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 	if !r.haltFound.IsZero() {
 		r.halted = true // found halted: frozen from its first wave (judgeProgress says so)
 	}
-	view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
+	if view, pending, err = c.viewAfterReads(ctx, obj.namespace, r, view, x, read, pending, log); err != nil {
+		return err
+	}
 	// A change seen while the intent's write or the reads were out is a
 	// round that counts the restarts chosen now (begun or not), as any.
 	others = c.otherRounds(obj.namespace, r)
@@ -163,7 +165,9 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 		// sent after the view, one more per owner in a wave that would
 		// restart one.
 		c.owners.refresh(ctx, r, obj.namespace, read, viewAt)
-		view, pending = c.viewAfterReads(obj.namespace, r, view, x, read, pending, log)
+		if view, pending, err = c.viewAfterReads(ctx, obj.namespace, r, view, x, read, pending, log); err != nil {
+			return err
+		}
 		others = c.otherRounds(obj.namespace, r)
 		now = time.Now()
 		chosen, tokens, _ = c.choose(b, r, others, view, pending, now, true)
@@ -195,16 +199,30 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 // longer shows live, selected and not terminating (gone by other hands
 // while the read was slow) is judged again on it (refresh), as the next
 // wave would: the view before the reads would count it available. Where
-// the index has not caught up with a LIST, view stays.
-func (c *Controller) viewAfterReads(namespace string, r *round, view []livePod, x *podindex.Index, read []ownerRef, pending []int, log *slog.Logger) ([]livePod, []int) {
-	if x == nil || len(read) == 0 {
-		return view, pending
+// the index has not caught up with a LIST, view stays. Where view came
+// from a LIST, it stays unless another round's newer LIST answered
+// meanwhile: the count must not go back behind what the controller was
+// shown, so the wave lists again (one LIST more only where rounds of the
+// namespace overlap).
+func (c *Controller) viewAfterReads(ctx context.Context, namespace string, r *round, view []livePod, x *podindex.Index, read []ownerRef, pending []int, log *slog.Logger) ([]livePod, []int, error) {
+	switch {
+	case len(read) == 0:
+		return view, pending, nil
+	case x == nil:
+		if !c.budgetOf(namespace).listedSince(r.listedAt) {
+			return view, pending, nil
+		}
+		now, _, err := c.viewOf(ctx, namespace, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list pods: %w", err)
+		}
+		return now, c.refresh(r, now, log), nil
 	}
 	now, opaque, ok := c.indexView(namespace, x)
 	if !ok || opaque {
-		return view, pending
+		return view, pending, nil
 	}
-	return now, c.refresh(r, now, log)
+	return now, c.refresh(r, now, log), nil
 }
 
 // completed completes round r's membership (complete): nil if it gained no
