@@ -322,6 +322,9 @@ func (c *Controller) observeState(obj object, deleted bool) {
 	} else {
 		c.states[key] = &stateSeen{namespace: obj.namespace, st: st, seen: c.seq}
 	}
+	if e := c.entries[key]; e != nil {
+		e.stateRefused = false // a write refused waits for a view again
+	}
 	c.takeState(key, st)
 	var secret object // the Secret, if it is ours now
 	if e := c.entries[key]; e != nil && e.exists {

@@ -247,16 +247,32 @@ func (c *Controller) writeSecretState(ctx context.Context, obj object, holder st
 
 // waitStateHolder returns the uid of the Secret's state ConfigMap as a
 // view shows it ours, other than refused, waiting up to c.replacedWait for
-// one; "" if none.
+// one; "" if none. Once a wait found none, the next ones do not wait until
+// a view of the Secret's state comes (observeState): a ConfigMap of the
+// name that is not ours (someone else's, or the state of a Secret of the
+// name before, while no garbage collector has removed it) would hold a
+// worker that long on every retry, and every other object's round behind
+// it. A view of ours that comes later is taken by the retry.
 func (c *Controller) waitStateHolder(ctx context.Context, obj object, refused string) string {
 	key := obj.key()
+	c.mu.Lock()
+	wait := c.replacedWait
+	if e := c.entries[key]; e != nil && e.stateRefused {
+		wait = 0
+	}
+	c.mu.Unlock()
 	var uid string
-	c.waitFor(ctx, c.replacedWait, func() bool {
+	found := c.waitFor(ctx, wait, func() bool {
 		if s := c.states[key]; s != nil && s.st.holder != refused {
 			uid = s.st.holder
 		}
 		return uid != ""
 	})
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil {
+		e.stateRefused = !found && ctx.Err() == nil
+	}
+	c.mu.Unlock()
 	return uid
 }
 

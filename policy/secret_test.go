@@ -660,6 +660,37 @@ func TestForeignConfigMapOfTheStateNameIsNeverWritten(t *testing.T) {
 	}
 }
 
+// TestForeignStateNameHoldsAWorkerOnce ensures a Secret's state write that
+// waited in vain for a view showing the state ConfigMap's name ours does
+// not wait again until a view of the state comes: a ConfigMap of the name
+// that is not ours (someone else's, or a re-created Secret's predecessor's
+// before the garbage collector removes it) held a worker that long on
+// every retry, and with WORKERS=1 every other object's round behind it
+// (simulator seed 8636). A view that comes makes the next refusal wait
+// again.
+func TestForeignStateNameHoldsAWorkerOnce(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey})
+	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
+	listConfigMaps(t, c)
+	c.mu.Lock()
+	secret := c.entries[keyOf(kindSecret, "ns", "webapp-secret")].obj
+	c.mu.Unlock()
+	waits := func(refused string) bool { // true: it waited until ctx was done
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		c.waitStateHolder(ctx, secret, refused)
+		return ctx.Err() != nil
+	}
+
+	assert.Empty(t, c.waitStateHolder(context.Background(), secret, ""), "no view shows the name ours: refused")
+	c.replacedWait = time.Hour
+	assert.False(t, waits(""), "refused again at once")
+
+	handle(t, c, watch.Added, stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), ""))
+	assert.True(t, waits("state-uid-webapp-secret"), "a view came: the next refusal waits for one again")
+}
+
 // TestSecretStateWriteAfterItsWaitAsksCurrent ensures the write of a
 // Secret's state that waited for a view of its state ConfigMap (created by
 // another replica's term: the create found it) asks again whether it may

@@ -78,6 +78,10 @@ type entry struct {
 	goneFloor uint64
 	adopted   bool   // r was taken from the first sighting, not from a record
 	seen      uint64 // sequence number of the last event about the object
+	// stateRefused: a Secret's state write found its name held and waited
+	// for a view that shows it ours in vain (waitStateHolder); none has
+	// come since.
+	stateRefused bool
 }
 
 // step is what a reconcile does next: a row of the table in
