@@ -41,7 +41,8 @@ type Index struct {
 	at      uint64
 	changed chan struct{} // made when someone waits, closed at the next change
 	// ended is the revision at which each of the latest maxEnded deleted
-	// pods began to terminate; endedOrder is its FIFO of uids.
+	// pods began to terminate (0: unknown, a relist found it gone);
+	// endedOrder is its FIFO of uids.
 	ended      map[string]uint64
 	endedOrder []string
 	// onChange hears of pods whose readiness (or anything else a waiting
@@ -142,6 +143,9 @@ func (x *Index) EndList() {
 	for ns, pods := range x.pods {
 		for uid, p := range pods {
 			if p.listGen != x.listGen {
+				// Gone while the watch was down: no event will tell when it
+				// began to terminate, unless an earlier one did.
+				x.noteEnded(uid, p.terminatedAt)
 				delete(pods, uid)
 			}
 		}
@@ -242,20 +246,28 @@ func (x *Index) deleted(ns, uid string, rv uint64) (wake []map[string]string) {
 			since = p.terminatedAt
 		}
 	}
-	if _, ok := x.ended[uid]; !ok && since != 0 {
-		if len(x.endedOrder) == maxEnded {
-			delete(x.ended, x.endedOrder[0])
-			x.endedOrder = x.endedOrder[1:]
-		}
-		uid := strings.Clone(uid)
-		x.ended[uid] = since
-		x.endedOrder = append(x.endedOrder, uid)
+	if since != 0 {
+		x.noteEnded(strings.Clone(uid), since)
 	}
 	delete(pods, uid)
 	if len(pods) == 0 {
 		delete(x.pods, ns)
 	}
 	return wake
+}
+
+// noteEnded notes pod uid gone, having begun to terminate at revision
+// since (0: unknown), unless it was noted already. x.mu must be held.
+func (x *Index) noteEnded(uid string, since uint64) {
+	if _, ok := x.ended[uid]; ok {
+		return
+	}
+	if len(x.endedOrder) == maxEnded {
+		delete(x.ended, x.endedOrder[0])
+		x.endedOrder = x.endedOrder[1:]
+	}
+	x.ended[uid] = since
+	x.endedOrder = append(x.endedOrder, uid)
 }
 
 // update records pod uid of namespace ns as an event or a list showed it
@@ -415,17 +427,20 @@ func (x *Index) Get(ctx context.Context, namespace, uid, notRV string, wait time
 
 // Terminated returns the revision at which a pod began to terminate (its
 // first event with a deletionTimestamp, or its deletion), waiting up to wait
-// for the watch to show it; known is false if it did not.
+// for the watch to show it; known is false if it did not. A pod a relist
+// found gone, no event having told its termination, is not waited for:
+// none will.
 func (x *Index) Terminated(ctx context.Context, namespace, uid string, wait time.Duration) (since uint64, known bool) {
-	known = x.waitFor(ctx, wait, func() bool {
+	x.waitFor(ctx, wait, func() bool {
 		if p := x.pods[namespace][uid]; p != nil {
 			since = p.terminatedAt
-		} else {
-			since = x.ended[uid]
+			return since != 0
 		}
-		return since != 0
+		var gone bool
+		since, gone = x.ended[uid]
+		return gone
 	})
-	return since, known
+	return since, since != 0
 }
 
 // waitFor evaluates found under x.mu, again after each change, until it is

@@ -954,6 +954,34 @@ func TestTerminated(t *testing.T) {
 		assert.True(t, known)
 		assert.Equal(t, uint64(5), since)
 	})
+	// A pod a relist finds gone (its events lost with a 410) is not waited
+	// for: no event will tell its termination, and a round that asked held
+	// its worker for the whole wait (simulator seed 8913). One whose
+	// termination an event told keeps it.
+	for _, tc := range []struct {
+		name      string
+		events    []watch.Event
+		wantSince uint64
+		wantKnown bool
+	}{
+		{"GoneInARelist", nil, 0, false},
+		{"TerminatingThenGoneInARelist", []watch.Event{event(watch.Modified, going("6"))}, 6, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := podindex.New(discard)
+			relist(x, webapp("a", "5"))
+			for _, ev := range tc.events {
+				x.Handle(ev)
+			}
+			relist(x)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			since, known := x.Terminated(ctx, ns, "uid-a", time.Hour)
+			require.NoError(t, ctx.Err(), "waited for an event that will not come")
+			assert.Equal(t, tc.wantKnown, known)
+			assert.Equal(t, tc.wantSince, since)
+		})
+	}
 }
 
 // TestCreatedUnknownForPodFirstSeenInARelist ensures a pod the watch missed
