@@ -396,12 +396,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	// many fewer, once leftAfter has passed. A DaemonSet replaces a pod
 	// deleted on a node that stays only once it is gone: lowered at once,
 	// the estimate would widen the budget until the replacement shows.
-	live := make(map[string]string, len(r.live))
-	for i := range view {
-		if p := &view[i]; p.owned() && p.live() {
-			live[p.uid] = p.owner.uid
-		}
-	}
+	live := ownedLive(view)
 	if r.left == nil {
 		r.left = map[string]leftPod{}
 	}
@@ -459,7 +454,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		r.owners[uid] = o.ref
 		desired, err := c.owners.desired(uid)
 		if err != nil {
-			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live))
+			desired = max(r.mostSeen[uid], o.running+b.owed(uid, live, nil))
 			switch {
 			case errors.Is(err, errUnanswered):
 				if unanswered == nil {
@@ -484,6 +479,18 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 	}
 	return t
+}
+
+// ownedLive returns the owner uid of each owned, live pod of view, by pod
+// uid.
+func ownedLive(view []livePod) map[string]string {
+	live := map[string]string{}
+	for i := range view {
+		if p := &view[i]; p.owned() && p.live() {
+			live[p.uid] = p.owner.uid
+		}
+	}
+	return live
 }
 
 // noteShown numbers a new count and notes, for each owned pod view shows
@@ -518,12 +525,13 @@ func (b *namespaceBudget) noteShown(view []livePod) {
 // replaces: one on another node (come back, or added) replaces none, and
 // taken for a replacement it would leave the missing pod uncounted. Where
 // a restart's node is not known (an earlier process's, oweResumed), any
-// node's pod counts. b.mu must be held.
-func (b *namespaceBudget) owed(owner string, live map[string]string) int {
+// node's pod counts. among, if not nil, says which restarts count (by
+// pod uid). b.mu must be held.
+func (b *namespaceBudget) owed(owner string, live map[string]string, among map[string]bool) int {
 	gone := map[string][]uint64{} // by node, where every restart's is known
 	byNode := true
 	for uid, chosen := range b.inFlight {
-		if chosen.owner == owner && live[uid] == "" {
+		if chosen.owner == owner && live[uid] == "" && (among == nil || among[uid]) {
 			gone[chosen.node] = append(gone[chosen.node], chosen.count)
 			byNode = byNode && chosen.node != ""
 		}
@@ -574,7 +582,10 @@ func owedOf(gone, since []uint64) int {
 // that view does not show, less the owned pods it selects and does not
 // name (created since the round began: replacements, of any owner), as
 // restarts of an earlier process's round in flight from now: their
-// replacements may not exist yet (owed). They are owed to the owner of the
+// replacements may not exist yet (owed). Less again those a round of this
+// term restarted whose replacements their own restarts in flight still
+// owe: owed twice, a replacement still to come would hold the budget of
+// every round over the owner's pods for inFlightFor. They are owed to the owner of the
 // named pods the view shows, where those have one (else to none: theirs
 // is not known), and where the intent groups its pods by owner (newIntent)
 // only those of that owner's group: a gone bare pod, or one of an owner
@@ -624,6 +635,10 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 			owed++
 		}
 	}
+	// Those of them another round of this term restarted, their
+	// replacements still to come, are owed by their own restarts in flight
+	// already: owed again here, a missing replacement would count twice.
+	owed -= b.owed(owner, ownedLive(view), theirs)
 	if owed <= 0 {
 		return
 	}

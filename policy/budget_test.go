@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/k8spatterns/config-watcher/selector"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -518,6 +519,45 @@ func TestResumedRoundOwesNoPodItsOwnerDoesNotReplace(t *testing.T) {
 			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
 
 			assert.Equal(t, tt.want, api.removedPods(), "the DaemonSet misses no pod")
+		})
+	}
+}
+
+// TestResumedRoundOwesNoReplacementARestartInFlightOwes ensures a round
+// that resumes an intent naming four pods of a DaemonSet (n0 and n1
+// restarted by the earlier process, their replacements shown; n2 just
+// restarted by another object's round of this term, its replacement still
+// to come; n3 shown) owes nothing more: n2's missing replacement is owed
+// by its own restart in flight, and owed again, the estimate counted one
+// pod more for the 2 minutes a restart counts in flight, holding every
+// round over the DaemonSet (simulator seed 8092). Where the earlier
+// process restarted n2 too, the round owes its replacement.
+func TestResumedRoundOwesNoReplacementARestartInFlightOwes(t *testing.T) {
+	ds := ownerRef{apiVersion: "apps/v1", kind: "DaemonSet", name: "web-ds", uid: "ds-uid"}
+	pod := func(uid, node string) livePod {
+		return livePod{podRef: podRef{name: uid, uid: uid, ownerUID: ds.uid}, labels: map[string]string{"app": "webapp"}, owner: ds, ready: true, node: node}
+	}
+	sel, err := selector.Parse("app=webapp")
+	require.NoError(t, err)
+	view := []livePod{pod("n0-r", "n0"), pod("n1-r", "n1"), pod("n3", "n3")}
+	for _, tt := range []struct {
+		name         string
+		n2InFlight   bool
+		wantInFlight int
+	}{
+		{"RestartedByThisTerm", true, 1},
+		{"RestartedByTheEarlierProcess", false, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &namespaceBudget{inFlight: map[string]restartChosen{}}
+			b.noteShown(view)
+			if tt.n2InFlight {
+				b.inFlight["n2"] = restartChosen{at: time.Now(), by: "ns/other", pod: "n2", owner: ds.uid, count: b.counts, node: "n2"}
+			}
+			r := &round{key: "ns/webapp-config", sel: &selection{labels: sel}, only: map[string]bool{"n0": true, "n1": true, "n2": true, "n3": true}}
+			b.oweResumed(r, view, time.Now())
+			assert.Len(t, b.inFlight, tt.wantInFlight, "restarts in flight, the one owed included")
+			assert.Equal(t, 1, b.owed(ds.uid, ownedLive(view), nil), "n2's replacement is still to come: one owed")
 		})
 	}
 }
