@@ -663,7 +663,7 @@ var notDrawn = map[string]string{
 func (w *world) drawSettings() map[string]string {
 	env := map[string]string{
 		"API_URL":                 "http://sim.invalid",
-		"LOG_LEVEL":               "info",
+		"LOG_LEVEL":               map[bool]string{false: "info", true: "debug"}[debugSteps],
 		"MAX_UNAVAILABLE":         pick(w, []string{"1", "2", "25%", "50%", "100%"}),
 		"MIN_READY_SECONDS":       pick(w, []string{"0", "0", "1", "3"}),
 		"SETTLE":                  pick(w, []string{"0s", "0s", "1s", "3s"}),

@@ -31,16 +31,10 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 // seeds 1-6000 on the code with their fixes).
 var knownBugSeeds = map[uint64]string{
 	2029: "once at 25.2 s: a round begun with no round in progress sends no mark, and its intent's write answered late: its bound (its first DELETE's answer) comes after two replacements of an earlier round, which it restarts; sending the bound beside the write is a LIST more per round, not decided",
-	2649: "budget at 127.6 s: POD_INDEX=false: a wave restarts on its own LIST, older than another round's LIST that had shown a pod gone not Ready while its scale read was held; a fix (LIST again when a newer one answered) is held back",
-	2695: "budget at 48.4 s: an owner scaled up 1.4 s before the wave's LIST, none of its pods shown yet, is not counted; the docs' window is a second: not decided",
-	3025: "budget at 63.7 s: ns-a/ds-n1-14, 6 of 9 left (25%): not read yet",
-	4148: "budget at 108.5 s: ns-a/rs1-63-2, 1 of 4 left (50%): not read yet",
-	4246: "budget at 113.6 s: ns-a/rs1-59-4, 3 of 7 left (50%): not read yet",
 	4506: "budget at 100.8 s: ns-a/ds-n2-22, 0 of 2 left (MAX_UNAVAILABLE 1): not read yet",
 	5013: "prompt at 120.0 s: cm2's round waited while ns-a/ds-n1-2 was Ready: not read yet",
 	7381: "budget at 114.0 s: two rounds over a pod just relabelled into the second's selection choose in the same instant; not read further",
 	7481: "budget at 59.4 s: POD_INDEX=false: an owner not counted after another round restarted its not-Ready pod, its replacement not created yet; not read further",
-	7618: "budget at 178.0 s: as 2649",
 }
 
 // result is what one run left.
