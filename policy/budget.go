@@ -105,6 +105,9 @@ type namespaceBudget struct {
 	// replacement created meanwhile, counted gone by other hands, lowers
 	// its owner's estimate, and the budget with it.
 	listedUpTo uint64
+	// live is the owner uid of each owned live pod the namespace's last
+	// count showed, by pod uid: a round begins from it too (take).
+	live map[string]string
 	// listedAt is the revision of the newest LIST of the namespace's pods
 	// answered: a wave whose own LIST is older would count behind a view
 	// the controller already has (listedSince).
@@ -246,6 +249,19 @@ type restartChosen struct {
 	// earlier process's restart): a round begun after it was gone, whose
 	// view shows none of its owner's pods, still counts that owner.
 	shown livePod
+	// resumed: an earlier process's restart (oweResumed), made before this
+	// process began: its replacement is due within seconds of it, so it
+	// is owed for leftAfter, as a pod gone by other hands (it may be one:
+	// a DaemonSet's node removed while no replica ran), not inFlightFor.
+	resumed bool
+}
+
+// expires returns when the restart stops counting in flight.
+func (c restartChosen) expires() time.Time {
+	if c.resumed {
+		return c.at.Add(leftAfter)
+	}
+	return c.at.Add(inFlightFor)
 }
 
 // seenPod is a pod's first count, its owner and its node
@@ -332,11 +348,10 @@ func (c *Controller) settleUnsure(ctx context.Context, namespace string, b *name
 	return nil
 }
 
-// prune forgets restarts chosen more than inFlightFor ago. b.mu must be
-// held.
+// prune forgets restarts in flight that expired. b.mu must be held.
 func (b *namespaceBudget) prune(now time.Time) {
 	for uid, chosen := range b.inFlight {
-		if now.Sub(chosen.at) >= inFlightFor {
+		if !now.Before(chosen.expires()) {
 			delete(b.inFlight, uid)
 		}
 	}
@@ -400,6 +415,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	if r.left == nil {
 		r.left = map[string]leftPod{}
 	}
+	b.live = live
 	for uid, owner := range r.live {
 		if _, ours := b.inFlight[uid]; live[uid] == "" && !ours {
 			r.left[uid] = leftPod{owner: owner, at: now}
@@ -581,18 +597,18 @@ func owedOf(gone, since []uint64) int {
 // already, and those gone by other hands owed nothing), the pods it names
 // that view does not show, less the owned pods it selects and does not
 // name (created since the round began: replacements, of any owner), as
-// restarts of an earlier process's round in flight from now: their
-// replacements may not exist yet (owed). Less again those a round of this
-// term restarted whose replacements their own restarts in flight still
-// owe: owed twice, a replacement still to come would hold the budget of
-// every round over the owner's pods for inFlightFor. They are owed to the owner of the
-// named pods the view shows, where those have one (else to none: theirs
-// is not known), and where the intent groups its pods by owner (newIntent)
-// only those of that owner's group: a gone bare pod, or one of an owner
-// the view no longer shows among the named, has no replacement that owner
-// makes, and owed to it would hold every round over its pods for
-// inFlightFor. Nor is a pod gone whose replacement the view shows under
-// another owner one that owner still waits for. b.mu must be held.
+// restarts of an earlier process's round in flight from now (for
+// leftAfter: restartChosen.resumed): their replacements may not exist yet
+// (owed). Less again those whose replacements the restarts of this term
+// in flight still owe: owed twice, a replacement still to come would count
+// twice. They are owed to the owner of the named pods the view shows,
+// where those have one (else to none: theirs is not known), and where the
+// intent groups its pods by owner (newIntent) only those of that owner's
+// group: a gone bare pod, or one of an owner the view no longer shows
+// among the named, has no replacement that owner makes, and owed to it
+// would hold every round over its pods for nothing. Nor is a pod gone
+// whose replacement the view shows under another owner one that owner
+// still waits for. b.mu must be held.
 func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	owner, shown, since := "", map[string]bool{}, 0
 	ownersShown := map[string]bool{} // the named pods shown live: all the owner's
@@ -645,7 +661,7 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	b.noteShown(view) // the pods shown now are not the replacements still to come
 	for uid := range theirs {
 		if _, ok := b.inFlight[uid]; !ok && !shown[uid] && owed > 0 {
-			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts}
+			b.inFlight[uid] = restartChosen{at: now, by: r.key, owner: owner, count: b.counts, resumed: true}
 			owed--
 		}
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -533,13 +534,7 @@ func TestResumedRoundOwesNoPodItsOwnerDoesNotReplace(t *testing.T) {
 // round over the DaemonSet (simulator seed 8092). Where the earlier
 // process restarted n2 too, the round owes its replacement.
 func TestResumedRoundOwesNoReplacementARestartInFlightOwes(t *testing.T) {
-	ds := ownerRef{apiVersion: "apps/v1", kind: "DaemonSet", name: "web-ds", uid: "ds-uid"}
-	pod := func(uid, node string) livePod {
-		return livePod{podRef: podRef{name: uid, uid: uid, ownerUID: ds.uid}, labels: map[string]string{"app": "webapp"}, owner: ds, ready: true, node: node}
-	}
-	sel, err := selector.Parse("app=webapp")
-	require.NoError(t, err)
-	view := []livePod{pod("n0-r", "n0"), pod("n1-r", "n1"), pod("n3", "n3")}
+	view := []livePod{daemonSetPod("n0-r", "n0"), daemonSetPod("n1-r", "n1"), daemonSetPod("n3", "n3")}
 	for _, tt := range []struct {
 		name         string
 		n2InFlight   bool
@@ -552,14 +547,79 @@ func TestResumedRoundOwesNoReplacementARestartInFlightOwes(t *testing.T) {
 			b := &namespaceBudget{inFlight: map[string]restartChosen{}}
 			b.noteShown(view)
 			if tt.n2InFlight {
-				b.inFlight["n2"] = restartChosen{at: time.Now(), by: "ns/other", pod: "n2", owner: ds.uid, count: b.counts, node: "n2"}
+				b.inFlight["n2"] = restartChosen{at: time.Now(), by: "ns/other", pod: "n2", owner: testDS.uid, count: b.counts, node: "n2"}
 			}
-			r := &round{key: "ns/webapp-config", sel: &selection{labels: sel}, only: map[string]bool{"n0": true, "n1": true, "n2": true, "n3": true}}
-			b.oweResumed(r, view, time.Now())
+			b.oweResumed(webappRound(t, "n0", "n1", "n2", "n3"), view, time.Now())
 			assert.Len(t, b.inFlight, tt.wantInFlight, "restarts in flight, the one owed included")
-			assert.Equal(t, 1, b.owed(ds.uid, ownedLive(view), nil), "n2's replacement is still to come: one owed")
+			assert.Equal(t, 1, b.owed(testDS.uid, ownedLive(view), nil), "n2's replacement is still to come: one owed")
 		})
 	}
+}
+
+// TestResumedRestartIsOwedForLeftAfter ensures the replacement a resumed
+// round owes for a gone pod its intent names (an earlier process's
+// restart, or a pod gone with a DaemonSet's node removed while no replica
+// ran: the controller cannot tell) counts for leftAfter, as a pod gone by
+// other hands, not for the 2 minutes of a restart of its own: a DaemonSet
+// of 2 pods, one node removed before the process began, held every round
+// over it that long (simulator seed 5013).
+func TestResumedRestartIsOwedForLeftAfter(t *testing.T) {
+	view := []livePod{daemonSetPod("n1", "n1")}
+	b := &namespaceBudget{inFlight: map[string]restartChosen{}}
+	resumed := time.Now()
+	b.oweResumed(webappRound(t, "n0", "n1"), view, resumed)
+	require.Equal(t, 1, b.owed(testDS.uid, ownedLive(view), nil), "n0's replacement owed")
+
+	b.prune(resumed.Add(leftAfter - time.Millisecond))
+	assert.Equal(t, 1, b.owed(testDS.uid, ownedLive(view), nil), "owed until leftAfter")
+	b.prune(resumed.Add(leftAfter))
+	assert.Zero(t, b.owed(testDS.uid, ownedLive(view), nil), "owed no longer")
+}
+
+// testDS owns daemonSetPod's pods.
+var testDS = ownerRef{apiVersion: "apps/v1", kind: "DaemonSet", name: "web-ds", uid: "ds-uid"}
+
+// daemonSetPod is a Ready pod of testDS on node, labelled app=webapp.
+func daemonSetPod(uid, node string) livePod {
+	return livePod{podRef: podRef{name: uid, uid: uid, ownerUID: testDS.uid}, labels: map[string]string{"app": "webapp"}, owner: testDS, ready: true, node: node}
+}
+
+// webappRound is a round over app=webapp that resumed an intent naming
+// the pods of uids (none: a round that resumed nothing).
+func webappRound(t *testing.T, uids ...string) *round {
+	sel, err := selector.Parse("app=webapp")
+	require.NoError(t, err)
+	var only map[string]bool
+	for _, uid := range uids {
+		if only == nil {
+			only = map[string]bool{}
+		}
+		only[uid] = true
+	}
+	return &round{key: "ns/webapp-config", sel: &selection{labels: sel}, only: only}
+}
+
+// TestRoundBegunJustAfterAPodLeftCountsIt ensures a round that begins just
+// after a DaemonSet's pod was deleted by other hands (its replacement not
+// created yet), counted live by the round it superseded, still counts it
+// in the owner's estimate for leftAfter: 2 expected, 1 available, a budget
+// of 1 lets no pod go, where the round's own first view showed 1 pod and
+// let its last one go (simulator seed 4506, a storm's round superseded).
+func TestRoundBegunJustAfterAPodLeftCountsIt(t *testing.T) {
+	c, _ := newTestController(t, newFakeAPI(t).client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}})
+	b := c.budgetOf("ns")
+	now := time.Now()
+	b.mu.Lock()
+	c.count(b, webappRound(t), []livePod{daemonSetPod("n0", "n0"), daemonSetPod("n1", "n1")}, now) // the superseded round's last count
+	b.mu.Unlock()
+
+	view := []livePod{daemonSetPod("n1", "n1")} // n0 deleted by other hands
+	r := webappRound(t)
+	c.take(b, object{namespace: "ns", name: "webapp-config"}, r, view, nil, math.MaxUint64, c.log)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	assert.Zero(t, c.count(b, r, view, now).allowed, "2 expected, 1 available")
+	assert.Equal(t, 1, c.count(b, r, view, now.Add(leftAfter)).allowed, "n0 left leftAfter ago: 1 expected")
 }
 
 // TestIntentGroupsItsPodsByOwner ensures the intent names a round's pods

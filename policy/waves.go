@@ -283,16 +283,25 @@ func (c *Controller) take(b *namespaceBudget, obj object, r *round, view []liveP
 	}
 	r.state = make([]podState, len(r.pods))
 	r.listed, r.progress = true, time.Now()
-	// The owned pods shown now are seen since the round began: one a count
-	// misses later (deleted by other hands while the round settles or
-	// waits its turn) keeps counting for leftAfter, as a DaemonSet
+	// The owned pods shown now, and those the namespace's last count
+	// showed, are seen since the round began: one a count misses later
+	// (deleted by other hands while the round settles or waits its turn,
+	// or just before it began, counted by the round it superseded or
+	// another object's) keeps counting for leftAfter, as a DaemonSet
 	// replaces it only once it is gone.
-	r.mostSeen, r.live = map[string]int{}, map[string]string{}
-	for i := range view {
-		if p := &view[i]; p.owned() && p.live() {
-			r.mostSeen[p.owner.uid]++
-			r.live[p.uid] = p.owner.uid
+	r.mostSeen, r.live = map[string]int{}, ownedLive(view)
+	for _, owner := range r.live {
+		r.mostSeen[owner]++
+	}
+	last := map[string]int{}
+	for uid, owner := range b.live {
+		if _, ok := r.live[uid]; !ok {
+			r.live[uid] = owner
 		}
+		last[owner]++
+	}
+	for owner, n := range last {
+		r.mostSeen[owner] = max(r.mostSeen[owner], n)
 	}
 	if r.owes {
 		b.oweResumed(r, view, r.progress)
@@ -401,10 +410,8 @@ func (c *Controller) nextLook(b *namespaceBudget, r *round, indexed bool, view [
 		soon(rescale)
 	}
 	b.mu.Lock()
-	for uid, chosen := range b.inFlight {
-		if pending[uid] {
-			soon(chosen.at.Add(inFlightFor))
-		}
+	for _, chosen := range b.inFlight {
+		soon(chosen.expires()) // a restart of its own, or one another round's count owes
 	}
 	for _, l := range r.left {
 		soon(l.at.Add(leftAfter))

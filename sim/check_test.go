@@ -690,7 +690,7 @@ func (w *world) checkPrompt() {
 		}
 		for _, a := range objs {
 			k := dataKey(a.kind, a.ns, a.name)
-			estimating := now < w.nodeLost[ns]
+			estimating := now < w.nodeLost[ns] || w.resumedAfterNodeLost(ns, now)
 			if !calm || bad || w.frozen(a) || a.sel == nil || a.byRef || w.storm(a) || now-w.settledSince(a, objs, settle) < settle+2*time.Second || !w.viewsStream(a) || estimating {
 				delete(w.waitSince, k)
 				continue
@@ -815,6 +815,7 @@ func (w *world) frozen(a annotated) bool {
 // (the in-flight bound): one created and lost with the node between two
 // counts is never seen.
 func (w *world) noteNodeLost(wl *workload, node int) {
+	w.nodesLostAt[wl.ns] = append(w.nodesLostAt[wl.ns], w.now())
 	until := w.now() + 32*time.Second
 	for _, p := range wl.pods {
 		if p.restarted && p.node == node && w.now()-p.restartSent < 2*time.Minute {
@@ -822,6 +823,26 @@ func (w *world) noteNodeLost(wl *workload, node int) {
 		}
 	}
 	w.nodeLost[wl.ns] = max(w.nodeLost[wl.ns], until)
+}
+
+// resumedAfterNodeLost: the running controller first viewed ns's pods
+// less than 32 s ago, after a DaemonSet node of ns was lost: docs/design.md
+// (waves) has a resumed round owe the pods its intent names that are gone
+// for 30 s, as an earlier process's restarts, and a pod gone with its node
+// looks the same.
+func (w *world) resumedAfterNodeLost(ns string, now time.Duration) bool {
+	if w.proc == nil {
+		return false
+	}
+	first := time.Duration(-1)
+	for _, k := range []string{ns, "*"} {
+		for _, v := range w.podViews[fmt.Sprintf("%s/%d", k, w.proc.gen)] {
+			if first < 0 || v.at < first {
+				first = v.at
+			}
+		}
+	}
+	return first >= 0 && now < first+32*time.Second && slices.ContainsFunc(w.nodesLostAt[ns], func(t time.Duration) bool { return t <= first })
 }
 
 // viewsStream reports whether the running controller has a watch open on

@@ -465,7 +465,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, podViews: map[string][]podView{}, nodeLost: map[string]time.Duration{}, downSince: -1}
+		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, podViews: map[string][]podView{}, nodeLost: map[string]time.Duration{}, nodesLostAt: map[string][]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }

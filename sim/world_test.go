@@ -207,16 +207,17 @@ type world struct {
 	slowSpans        []span        // when answers were held after the server acted
 	lateViews        []span        // a list of ConfigMaps, Secrets or Namespaces: from its effect to its held answer
 	selChanged       map[string]time.Duration
-	selWrites        map[string]sighting      // "kind/ns/name": the last write that changed the object's selector, as the revision it made
-	addedTo          map[string]bool          // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
-	podViews         map[string][]podView     // "pod uid/controller gen" or "ns/controller gen" ("": all): what showed that controller the pod, or the namespace's pods
-	nodeLost         map[string]time.Duration // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
-	causes           []cause                  // what may make a controller warn (told)
-	warnings         []warning                // Warning Events the server accepted
-	length           int                      // the workload's length, times the usual
-	quiescent        *quiescence              // what the run left at quiescence (bounded)
-	deletedObjects   int                      // data objects the world deleted
-	twins            int                      // groups of twin requests answered
+	selWrites        map[string]sighting        // "kind/ns/name": the last write that changed the object's selector, as the revision it made
+	addedTo          map[string]bool            // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
+	podViews         map[string][]podView       // "pod uid/controller gen" or "ns/controller gen" ("": all): what showed that controller the pod, or the namespace's pods
+	nodeLost         map[string]time.Duration   // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
+	nodesLostAt      map[string][]time.Duration // namespace -> when each DaemonSet node of it was lost
+	causes           []cause                    // what may make a controller warn (told)
+	warnings         []warning                  // Warning Events the server accepted
+	length           int                        // the workload's length, times the usual
+	quiescent        *quiescence                // what the run left at quiescence (bounded)
+	deletedObjects   int                        // data objects the world deleted
+	twins            int                        // groups of twin requests answered
 }
 
 // span is an interval of virtual time.
