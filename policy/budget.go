@@ -372,12 +372,23 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		// Live pods: selected (terminating ones too), not selected and
 		// not terminating, not terminating, and all of them.
 		selected, unselected, running, counted int
-		// shownNone: the view shows none of its pods, and an earlier
-		// count showed some the round selects (each restarted, its
-		// replacement not created yet): it still wants them.
+		// shownNone: the view shows none of its pods the round selects
+		// (it may show others), and an earlier count showed some (each
+		// restarted, its replacement not created yet): it still wants
+		// them.
 		shownNone bool
 	}
 	byOwner := map[string]*ownerCount{}
+	// stillWanted marks the owner of ref as shownNone where the view shows
+	// none of its pods the round selects.
+	stillWanted := func(ref ownerRef) {
+		switch o := byOwner[ref.uid]; {
+		case o == nil:
+			byOwner[ref.uid] = &ownerCount{ref: ref, shownNone: true}
+		case o.selected == 0:
+			o.shownNone = true
+		}
+	}
 	available := 0
 	b.noteShown(view)
 	for i := range view {
@@ -437,10 +448,8 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	if r.owners == nil {
 		r.owners = map[string]ownerRef{}
 	}
-	for uid, ref := range r.owners {
-		if byOwner[uid] == nil {
-			byOwner[uid] = &ownerCount{ref: ref, shownNone: true}
-		}
+	for _, ref := range r.owners {
+		stillWanted(ref)
 	}
 	// So is the owner of a pod the round selects that a round of the
 	// namespace restarted (its forerunner, superseded; another object's)
@@ -448,8 +457,8 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	// begun after every one of them was restarted never saw the owner,
 	// and would count none of the replicas it still wants.
 	for uid, chosen := range b.inFlight {
-		if p := &chosen.shown; p.owned() && live[uid] == "" && byOwner[p.owner.uid] == nil && r.sel.selects(p) {
-			byOwner[p.owner.uid] = &ownerCount{ref: p.owner, shownNone: true}
+		if p := &chosen.shown; p.owned() && live[uid] == "" && r.sel.selects(p) {
+			stillWanted(p.owner)
 		}
 	}
 	for _, uid := range slices.Sorted(maps.Keys(byOwner)) { // the estimate told is the first's

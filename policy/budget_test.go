@@ -576,6 +576,37 @@ func TestResumedRestartIsOwedForLeftAfter(t *testing.T) {
 	assert.Zero(t, b.owed(testDS.uid, ownedLive(view), nil), "owed no longer")
 }
 
+// TestOwnerWithOnlyUnselectedPodsShownStillCounts ensures a round keeps
+// counting an owner whose pods it selects it has all restarted, their
+// replacements not created yet, while the view still shows another pod of
+// that owner it does not select: a DaemonSet of 2 (one pod selected) beside
+// a ReplicaSet's 4, MAX_UNAVAILABLE 50 %, the DaemonSet's selected pod and
+// one of the ReplicaSet's restarted: 5 expected and 3 available let no
+// pod go, where counting the ReplicaSet alone (4, 3) let a third go
+// (simulator seeds 9565, 7481).
+func TestOwnerWithOnlyUnselectedPodsShownStillCounts(t *testing.T) {
+	c, _ := newTestController(t, newFakeAPI(t).client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 50}})
+	b := c.budgetOf("ns")
+	rs := ownerRef{apiVersion: "apps/v1", kind: "ReplicaSet", name: "web-rs", uid: "rs-uid"}
+	rsPod := func(uid string) livePod {
+		return livePod{podRef: podRef{name: uid, uid: uid, ownerUID: rs.uid}, labels: map[string]string{"app": "webapp"}, owner: rs, ready: true}
+	}
+	other := daemonSetPod("n1", "n1")
+	other.labels = map[string]string{"app": "other"}
+	view := []livePod{daemonSetPod("n0", "n0"), other, rsPod("r1"), rsPod("r2"), rsPod("r3"), rsPod("r4")}
+	r := webappRound(t)
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Equal(t, 2, c.count(b, r, view, now).allowed, "5 expected, 5 available")
+	for _, p := range []livePod{view[0], view[2]} { // n0 and r1 restarted
+		b.inFlight[p.uid] = restartChosen{at: now, by: r.key, pod: p.name, owner: p.owner.uid, count: b.counts, node: p.node, shown: p}
+	}
+
+	after := []livePod{other, rsPod("r2"), rsPod("r3"), rsPod("r4")} // no replacement yet
+	assert.Zero(t, c.count(b, r, after, now).allowed, "5 expected, 3 available")
+}
+
 // testDS owns daemonSetPod's pods.
 var testDS = ownerRef{apiVersion: "apps/v1", kind: "DaemonSet", name: "web-ds", uid: "ds-uid"}
 
