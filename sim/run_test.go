@@ -470,6 +470,24 @@ func newWorld(seed uint64) *world {
 	return w
 }
 
+// gcDelay is how long the garbage collector takes to remove what a
+// deleted object owned (a Secret's state ConfigMap): seconds, in a cluster
+// whose kube-controller-manager runs. A fixed delay: it draws nothing from
+// the seed.
+const gcDelay = 2 * time.Second
+
+// collectDependents removes, as Kubernetes' garbage collector does, the
+// objects whose ownerReferences name uid (background propagation).
+func (w *world) collectDependents(uid string) {
+	for _, k := range slices.SortedFunc(maps.Keys(w.api.objects), func(a, b key) int { return strings.Compare(a.String(), b.String()) }) {
+		refs, _ := meta(w.api.objects[k])["ownerReferences"].([]any)
+		if slices.ContainsFunc(refs, func(r any) bool { m, _ := r.(map[string]any); return m["uid"] == uid }) {
+			w.logf("world: %s %s/%s removed by the garbage collector", k.res, k.ns, k.name)
+			w.api.remove(k)
+		}
+	}
+}
+
 // --- the workload: every outside event, drawn from the seed ---
 
 // setup draws the settings and the cluster: namespaces, workloads, the
@@ -938,6 +956,7 @@ func (w *world) generate() {
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
 			w.deletedObjects++
 			w.api.remove(k)
+			w.after(gcDelay, "garbage collector", func() { w.collectDependents(uid) })
 			ann := annotationsOf(o)
 			for a := range ann {
 				if strings.HasPrefix(a, "config-watcher.k8spatterns.io/") {

@@ -62,7 +62,7 @@ var warningCauses = map[string][]string{
 	"RestartFailed":         {causeFault, causeRefused, causeDown},
 	"ChangeStorm":           {causeStorm},
 	// A Secret created again finds the state ConfigMap of the one before
-	// (the simulated cluster has no garbage collector): not written for it.
+	// until the garbage collector removes it (gcDelay): not written for it.
 	"WriteRefused":   {causeRecreated},
 	"StateUntrusted": {causeRecreated},
 	// A selector written invalid, empty or too broad (its fix comes
