@@ -79,7 +79,9 @@ type object struct {
 	mac     string // a state ConfigMap's StateMACAnnotation
 	// ours: a state ConfigMap carries our label and its Secret as owner
 	// (what writeSecretState writes); one that does not is not a state.
-	ours bool
+	// stateOwner is that Secret's uid.
+	ours       bool
+	stateOwner string
 }
 
 // stored is R and I as the server has them: on a ConfigMap itself, or on a
@@ -182,6 +184,9 @@ func parseObject(raw []byte, k kind, selectorAnnotation string, key []byte) (obj
 		ownedBySecret := false
 		meta.Get("ownerReferences").ForEach(func(_, o gjson.Result) bool {
 			ownedBySecret = o.Get("kind").String() == "Secret" && o.Get("name").String() == obj.stateOf
+			if ownedBySecret {
+				obj.stateOwner = o.Get("uid").String()
+			}
 			return !ownedBySecret
 		})
 		obj.ours = ownedBySecret && meta.Get("labels").Get(gjson.Escape(managedByLabel)).String() == "config-watcher"

@@ -342,6 +342,10 @@ func (c *Controller) tellState(obj, secret object, ours, deleted bool) {
 	log := c.log.With("namespace", obj.namespace, "secret", obj.stateOf, "state_configmap", obj.name)
 	held := !obj.stored.recorded.isZero() || obj.stored.intent.present() || !obj.stored.halted.hash.isZero()
 	switch {
+	case deleted && secret.name != "" && obj.stateOwner != "" && obj.stateOwner != secret.uid:
+		// The state of the Secret of this name before it was created
+		// again, removed by the garbage collector with its owner.
+		log.Info("the state ConfigMap of an earlier Secret of this name was removed")
 	case deleted && secret.name != "":
 		log.Warn("the state ConfigMap of this Secret was deleted: the controller keeps its record in memory and writes it again at the next round; had it been down, the Secret would have been adopted as it is")
 		c.event(secret, events.Warning, "StateRemoved", "The state ConfigMap "+obj.name+" of this Secret was deleted. Its record is kept in memory and written again at the next round.")

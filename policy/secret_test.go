@@ -721,22 +721,35 @@ func TestSecretStateWriteAfterItsWaitAsksCurrent(t *testing.T) {
 
 // TestDeletedStateIsTold ensures a state ConfigMap deleted while its
 // Secret is ours is told (a StateRemoved Warning Event): had the
-// controller been down, the Secret would have been adopted as it is.
+// controller been down, the Secret would have been adopted as it is. The
+// state of an earlier Secret of the name (owned by another uid), removed
+// by the garbage collector once the Secret was created again, is not
+// (simulator seed 45, once the simulated cluster had a garbage collector).
 func TestDeletedStateIsTold(t *testing.T) {
-	api := newFakeAPI(t, webPods()...)
-	rec := &fakeRecorder{}
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, MaxUnavailable: Budget{Percent: 100}})
-	state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "")
-	listSecrets(t, c, secretSpec{selector: ptr("app=webapp"), data: s1})
-	listConfigMaps(t, c, state)
-	start(t, c)
-	settle(t, c)
-	require.Empty(t, rec.reasons())
+	for _, tt := range []struct {
+		name, secretUID string
+		want            []string
+	}{
+		{"OfThisSecret", "", []string{"Secret/StateRemoved"}},
+		{"OfAnEarlierSecretOfTheName", "secret-uid-2", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI(t, webPods()...)
+			rec := &fakeRecorder{}
+			c, _ := newTestController(t, api.client(), Config{RecordHash: true, DigestKey: testKey, Events: rec, MaxUnavailable: Budget{Percent: 100}})
+			state := stateSpec("webapp-secret", keyID(testKey), secretHashOf(t, s1), "") // owned by secret-uid-1
+			listSecrets(t, c, secretSpec{uid: tt.secretUID, selector: ptr("app=webapp"), data: s1})
+			listConfigMaps(t, c, state)
+			start(t, c)
+			settle(t, c)
+			require.Empty(t, rec.reasons())
 
-	handle(t, c, watch.Deleted, state)
-	settle(t, c)
-	assert.Equal(t, []string{"Secret/StateRemoved"}, rec.reasons())
-	assert.Empty(t, api.deletedPods())
+			handle(t, c, watch.Deleted, state)
+			settle(t, c)
+			assert.Equal(t, tt.want, rec.reasons())
+			assert.Empty(t, api.deletedPods())
+		})
+	}
 }
 
 // TestSecretStateKeptWhileItsNamespaceOptsInAgain ensures a namespace that
