@@ -65,16 +65,29 @@ func (w *world) startController() {
 	// carries no record or intent now (that one was killed before the new
 	// object's round wrote its intent, or never began one: a refused
 	// selector), is seen first by this one, and adopted as it is
-	// (docs/design.md, re-created ConfigMaps).
+	// (docs/design.md, re-created ConfigMaps); so is a Secret whose state
+	// ConfigMap is not the new Secret's (the old one's went with it).
 	for _, d := range w.dataObjects() {
 		dk := dataKey(d.kind, d.ns, d.name)
 		o := w.api.get(key{d.kind, d.ns, d.name})
-		if d.kind != "configmaps" || len(w.recreatedUnder[dk]) == 0 || o == nil {
+		if len(w.recreatedUnder[dk]) == 0 || o == nil {
 			continue
 		}
+		held := o // where config-watcher keeps its record and intent
+		if d.kind == "secrets" {
+			held = nil
+			if st := w.api.get(key{"configmaps", d.ns, "config-watcher-secret." + d.name}); st != nil {
+				refs, _ := meta(st)["ownerReferences"].([]any)
+				if slices.ContainsFunc(refs, func(r any) bool { m, _ := r.(map[string]any); return m["uid"] == meta(o)["uid"] }) {
+					held = st
+				}
+			}
+		}
 		ours := false
-		for a := range annotationsOf(o) {
-			ours = ours || strings.HasPrefix(a, "config-watcher.k8spatterns.io/")
+		if held != nil {
+			for a := range annotationsOf(held) {
+				ours = ours || strings.HasPrefix(a, "config-watcher.k8spatterns.io/")
+			}
 		}
 		if !ours {
 			w.adoptedRecreated[dk] = w.now()
