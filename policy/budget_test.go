@@ -49,6 +49,21 @@ func (f *fakeAPI) replaceNotReady() {
 	}
 }
 
+// addWeb1Replacement adds web-1's replacement, web-1-r, as its owner
+// would, set as set says.
+func (f *fakeAPI) addWeb1Replacement(set func(r *fakePod)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	set(f.pods[f.addPodLocked("web-1-r", map[string]string{"app": "webapp"}).name])
+}
+
+// read returns *n as the fake's deletions left it (downAtDeletion).
+func (f *fakeAPI) read(n *int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return *n
+}
+
 // downAtDeletion records, at each of our deletions, the most selected pods
 // not available (not Ready, or terminating) and the fewest Ready.
 func downAtDeletion(api *fakeAPI, matches func(map[string]string) bool) (most, fewestReady *int) {
@@ -370,14 +385,9 @@ func TestEstimateCountsPodsAnEarlierRoundRestarted(t *testing.T) {
 			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v3})
 			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
 
-			api.mu.Lock()
-			r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
-			api.pods[r.name].owner, api.pods[r.name].ownerKind, api.pods[r.name].ready = "web-rs", tt.kind, true
-			api.mu.Unlock()
+			api.addWeb1Replacement(func(r *fakePod) { r.owner, r.ownerKind, r.ready = "web-rs", tt.kind, true })
 			require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
-			api.mu.Lock()
-			defer api.mu.Unlock()
-			assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
+			assert.Equal(t, 1, api.read(fewestReady), "2 expected, a budget of 1: web-2 waits for web-1's replacement")
 		})
 	}
 }
@@ -403,14 +413,9 @@ func TestRoundCountsAnOwnerWhosePodsAnEarlierRoundRestarted(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v3})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
 
-	api.mu.Lock()
-	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
-	api.pods[r.name].owner, api.pods[r.name].ready = "a-rs", true
-	api.mu.Unlock()
+	api.addWeb1Replacement(func(r *fakePod) { r.owner, r.ready = "a-rs", true })
 	require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	assert.Equal(t, 2, *fewestReady, "3 expected, a budget of 1: web-2 waits for web-1's replacement")
+	assert.Equal(t, 2, api.read(fewestReady), "3 expected, a budget of 1: web-2 waits for web-1's replacement")
 }
 
 // TestEstimateCountsPodsAnEarlierProcessRestarted ensures a round that
@@ -430,15 +435,10 @@ func TestEstimateCountsPodsAnEarlierProcessRestarted(t *testing.T) {
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2, intent: hashOf(t, v2) + "/uid-1,uid-2"})
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 3 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
 
-	api.mu.Lock()
-	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
-	api.pods[r.name].owner, api.pods[r.name].ownerKind, api.pods[r.name].ready = "web-rs", "DaemonSet", true
-	api.mu.Unlock()
+	api.addWeb1Replacement(func(r *fakePod) { r.owner, r.ownerKind, r.ready = "web-rs", "DaemonSet", true })
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultRestarted) == 1 }, waitFor, time.Millisecond)
 	assert.Equal(t, []string{"web-2"}, api.removedPods())
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	assert.Equal(t, 1, *fewestReady, "2 expected, a budget of 1: web-2 waits for web-1's replacement")
+	assert.Equal(t, 1, api.read(fewestReady), "2 expected, a budget of 1: web-2 waits for web-1's replacement")
 }
 
 // TestEstimateTakesNoPodOnANodeComeBackForAReplacement ensures a round
@@ -472,14 +472,9 @@ func TestEstimateTakesNoPodOnANodeComeBackForAReplacement(t *testing.T) {
 	api.mu.Unlock()
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 1 }, waitFor, time.Millisecond)
 
-	api.mu.Lock()
-	r := api.addPodLocked("web-1-r", map[string]string{"app": "webapp"})
-	onNode(api.pods[r.name], "n1")
-	api.mu.Unlock()
+	api.addWeb1Replacement(func(r *fakePod) { onNode(r, "n1") })
 	require.Eventually(t, func() bool { return len(api.removedPods()) == 2 }, waitFor, time.Millisecond)
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	assert.Equal(t, 2, *fewestReady, "3 expected once n3 is back, a budget of 1: web-2 waits for web-1's replacement")
+	assert.Equal(t, 2, api.read(fewestReady), "3 expected once n3 is back, a budget of 1: web-2 waits for web-1's replacement")
 }
 
 // TestResumedRoundOwesNoPodItsOwnerDoesNotReplace ensures a round that
@@ -683,9 +678,7 @@ func TestOwnerWithEveryPodRestartedStillCounts(t *testing.T) {
 	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= waited+3 || len(api.removedPods()) > 2 }, waitFor, time.Millisecond)
 
 	assert.ElementsMatch(t, []string{"web-1", "web-2"}, api.removedPods())
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	assert.Equal(t, 2, *fewestReady, "4 expected, a budget of 2")
+	assert.Equal(t, 2, api.read(fewestReady), "4 expected, a budget of 2")
 }
 
 // TestOwnerScaledToZeroMidRoundIsReadAgain ensures a round that still

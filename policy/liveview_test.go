@@ -328,10 +328,7 @@ func TestWavesWakeOnReadiness(t *testing.T) {
 	api := newFakeAPI(t, pods...)
 	x := mirror(t, api, api.replacement)
 	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, api.client(), cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
+	c, m := startWaves(t, api.client(), cfg, x)
 
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	for n := 1; n <= 3; n++ {
@@ -395,10 +392,7 @@ func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
 				return 0, "", false
 			}
 			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-			cfg.Pods = oneIndex{x: x}
-			c, m := newTestController(t, api.client(), cfg)
-			c.wavePoll = time.Hour
-			start(t, c)
+			c, m := startWaves(t, api.client(), cfg, x)
 
 			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
@@ -472,10 +466,7 @@ func TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow(t *testing.T) {
 	api := newFakeAPI(t, append(owned("webapp", 4), owned("zz", 4)...)...)
 	x := mirror(t, api, nil)
 	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Percent: 25}, ProgressDeadline: time.Hour, Workers: 1}
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, api.client(), cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
+	c, m := startWaves(t, api.client(), cfg, x)
 	web := cmSpec{name: "web-config", uid: "cm-uid-web", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v1}
 	handle(t, c, watch.Modified, web)
 	settle(t, c)
@@ -507,10 +498,7 @@ func TestWavesLookAgainWhenMinReadySecondsElapse(t *testing.T) {
 		return r
 	})
 	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, MinReadySeconds: minReady, ProgressDeadline: time.Hour}
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, api.client(), cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
+	c, m := startWaves(t, api.client(), cfg, x)
 
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	// Well within lookEvery: a look by itself would come too late.
@@ -673,14 +661,21 @@ func changedInBubble(t *testing.T, api *fakeAPI, budget int) *podindex.Index {
 	return x
 }
 
+// startWaves starts a controller whose rounds decide from the index x and
+// look again only when it wakes them (no poll).
+func startWaves(t *testing.T, api API, cfg Config, x *podindex.Index) (*Controller, *Metrics) {
+	cfg.Pods = oneIndex{x: x}
+	c, m := newTestController(t, api, cfg)
+	c.wavePoll = time.Hour
+	start(t, c)
+	return c, m
+}
+
 // changedInBubbleWith is changedInBubble with the settings of cfg; it
 // returns the controller's metrics too.
 func changedInBubbleWith(t *testing.T, api *fakeAPI, cfg Config) (*podindex.Index, *Metrics) {
 	x := mirror(t, api, api.replacement)
-	cfg.Pods = oneIndex{x: x}
-	c, m := newTestController(t, memAPI{api}, cfg)
-	c.wavePoll = time.Hour
-	start(t, c)
+	c, m := startWaves(t, memAPI{api}, cfg, x)
 	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	synctest.Wait()
 	return x, m
