@@ -357,10 +357,59 @@ func (b *namespaceBudget) prune(now time.Time) {
 	}
 }
 
-// tally is one round's budget on a view: how many of its selected pods may
-// still go unavailable.
+// tally is one round's budget on a view: its available pods and, by owner
+// it counts, the desired replicas and the live pods it does not select, as
+// the restarts a wave chooses change them (shift).
 type tally struct {
-	allowed int
+	sel       *selection
+	available int
+	owners    map[string]*ownerTally
+	budget    Budget
+	// held: an owner's scale read got no answer that tells; no pod that
+	// needs this budget goes until one does (readAgainAt).
+	held bool
+	// For needsBudget: a restart chosen takes an available pod.
+	minReady time.Duration
+	now      time.Time
+}
+
+// ownerTally is one owner in a tally.
+type ownerTally struct{ desired, unselected int }
+
+// allowed is how many more of the round's pods may go unavailable: the
+// disruption controller's arithmetic, expected pods being each owner's
+// desired replicas less its live pods the round does not select.
+func (t *tally) allowed() int {
+	expected := 0
+	for _, o := range t.owners {
+		expected += max(o.desired-o.unselected, 0)
+	}
+	return t.available - (expected - t.budget.of(expected))
+}
+
+// shift counts p's restart (by -1), or takes it back (+1): a pod the round
+// selects is one available pod fewer; one of an owner it counts that it
+// does not select is one of that owner's other pods fewer, so one more of
+// its replicas is expected among the round's.
+func (t *tally) shift(p *livePod, by int) {
+	switch o := t.owners[p.owner.uid]; {
+	case t.sel.selects(p):
+		if needsBudget(p, t.minReady, t.now) {
+			t.available += by
+		}
+	case o != nil && p.live() && !p.terminating:
+		o.unselected += by
+	}
+}
+
+// allows reports whether restarting p leaves t within its budget: where it
+// lowers what t allows, t must not be held and must allow one more.
+func (t *tally) allows(p *livePod) bool {
+	before := t.allowed()
+	t.shift(p, -1)
+	after := t.allowed()
+	t.shift(p, 1)
+	return after >= before || (!t.held && after >= 0)
 }
 
 // count makes round r's tally on view. expected comes from the owners'
@@ -403,16 +452,17 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 		o.counted++
 		selected := r.sel.selects(p)
+		_, chosen := b.inFlight[p.uid] // restarted: going, whatever the view shows
 		switch {
 		case selected:
 			o.selected++
-		case !p.terminating:
+		case !p.terminating && !chosen:
 			o.unselected++
 		}
 		if !p.terminating {
 			o.running++
 		}
-		if _, chosen := b.inFlight[p.uid]; selected && !chosen && p.available(c.cfg.MinReadySeconds, now) {
+		if selected && !chosen && p.available(c.cfg.MinReadySeconds, now) {
 			available++
 		}
 	}
@@ -440,7 +490,7 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 			delete(r.left, uid)
 		}
 	}
-	expected := 0
+	t := &tally{sel: r.sel, available: available, owners: map[string]*ownerTally{}, budget: c.cfg.MaxUnavailable, minReady: c.cfg.MinReadySeconds, now: now}
 	var unanswered *estimate // the first owner whose read got no answer that tells
 	if r.mostSeen == nil {
 		r.mostSeen = map[string]int{} // counted before it took its pods, or never to take them
@@ -491,17 +541,13 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		}
 		// Never fewer than it runs: a read a second old must not widen
 		// the budget behind a scale-up.
-		desired = max(desired, o.running)
-		expected += max(desired-o.unselected, 0)
+		t.owners[uid] = &ownerTally{desired: max(desired, o.running), unselected: o.unselected}
 	}
-	t := &tally{allowed: available - (expected - c.cfg.MaxUnavailable.of(expected))}
-	if unanswered != nil && t.allowed > 0 {
-		// Read again (readAgainAt) before a pod that needs the budget
-		// goes; said once per round where that held one back.
-		t.allowed = 0
-		if r.unanswered == nil {
-			r.unanswered = unanswered
-		}
+	// Read again (readAgainAt) before a pod that needs the budget goes;
+	// said once per round where that held one back.
+	t.held = unanswered != nil
+	if t.held && t.allowed() > 0 && r.unanswered == nil {
+		r.unanswered = unanswered
 	}
 	return t
 }

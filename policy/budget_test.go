@@ -593,13 +593,13 @@ func TestOwnerWithOnlyUnselectedPodsShownStillCounts(t *testing.T) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	require.Equal(t, 2, c.count(b, r, view, now).allowed, "5 expected, 5 available")
+	require.Equal(t, 2, c.count(b, r, view, now).allowed(), "5 expected, 5 available")
 	for _, p := range []livePod{view[0], view[2]} { // n0 and r1 restarted
 		b.inFlight[p.uid] = restartChosen{at: now, by: r.key, pod: p.name, owner: p.owner.uid, count: b.counts, node: p.node, shown: p}
 	}
 
 	after := []livePod{other, rsPod("r2"), rsPod("r3"), rsPod("r4")} // no replacement yet
-	assert.Zero(t, c.count(b, r, after, now).allowed, "5 expected, 3 available")
+	assert.Zero(t, c.count(b, r, after, now).allowed(), "5 expected, 3 available")
 }
 
 // testDS owns daemonSetPod's pods.
@@ -644,8 +644,8 @@ func TestRoundBegunJustAfterAPodLeftCountsIt(t *testing.T) {
 	c.take(b, object{namespace: "ns", name: "webapp-config"}, r, view, nil, math.MaxUint64, c.log)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	assert.Zero(t, c.count(b, r, view, now).allowed, "2 expected, 1 available")
-	assert.Equal(t, 1, c.count(b, r, view, now.Add(leftAfter)).allowed, "n0 left leftAfter ago: 1 expected")
+	assert.Zero(t, c.count(b, r, view, now).allowed(), "2 expected, 1 available")
+	assert.Equal(t, 1, c.count(b, r, view, now.Add(leftAfter)).allowed(), "n0 left leftAfter ago: 1 expected")
 }
 
 // TestIntentGroupsItsPodsByOwner ensures the intent names a round's pods

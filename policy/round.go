@@ -72,7 +72,6 @@ type round struct {
 	// unanswered: the first owner whose read got no answer that tells
 	// where that held a pod back (count): said once, as estimate.
 	unanswered *estimate
-	allowed    int       // how many more pods may go unavailable, as last counted
 	progress   time.Time // its latest restart, or its first wave
 	halted     bool      // no restart possible for ProgressDeadline
 	// seen is when this process first saw the data of the round (zero for a

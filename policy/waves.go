@@ -515,6 +515,40 @@ func (c *Controller) otherRounds(namespace string, r *round) []*round {
 	return out
 }
 
+// bearingOn returns, for view, whether restarting p changes round o's
+// count (tally.shift): o selects p, or counts p's owner (o selects another
+// of its pods in view, or counted it before: round.owners). Answers are
+// kept per round and owner, each found once. b.mu must be held.
+func bearingOn(view []livePod) func(o *round, p *livePod) bool {
+	owned := map[string][]*livePod{}
+	for i := range view {
+		if p := &view[i]; p.owned() {
+			owned[p.owner.uid] = append(owned[p.owner.uid], p)
+		}
+	}
+	type roundOwner struct {
+		o     *round
+		owner string
+	}
+	counts := map[roundOwner]bool{}
+	return func(o *round, p *livePod) bool {
+		if o.sel.selects(p) {
+			return true
+		}
+		if !p.owned() {
+			return false
+		}
+		k := roundOwner{o, p.owner.uid}
+		n, ok := counts[k]
+		if !ok {
+			_, n = o.owners[p.owner.uid]
+			n = n || slices.ContainsFunc(owned[p.owner.uid], o.sel.selects)
+			counts[k] = n
+		}
+		return n
+	}
+}
+
 // needsBudget: restarting p takes from the budget of the rounds that
 // select it; a bare pod, or one that serves nothing and will not, does not.
 func needsBudget(p *livePod, minReady time.Duration, now time.Time) bool {
@@ -523,13 +557,16 @@ func needsBudget(p *livePod, minReady time.Duration, now time.Time) bool {
 
 // ownersToRead returns the owners whose desired replicas this wave needs:
 // none unless a pending pod needs the budget; then those of every pod that
-// r, or another round selecting such a pod, selects.
+// r, or another round such a pod's restart bears on, selects.
 func (c *Controller) ownersToRead(b *namespaceBudget, r *round, others []*round, view []livePod, pending []int) []ownerRef {
 	now := time.Now()
 	byUID := make(map[string]*livePod, len(view))
 	for i := range view {
 		byUID[view[i].uid] = &view[i]
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bears := bearingOn(view)
 	var rounds []*round
 	for _, i := range pending {
 		p := byUID[r.pods[i].uid]
@@ -540,7 +577,7 @@ func (c *Controller) ownersToRead(b *namespaceBudget, r *round, others []*round,
 			rounds = append(rounds, r)
 		}
 		for _, o := range others {
-			if o.sel.selects(p) && !slices.Contains(rounds, o) {
+			if !slices.Contains(rounds, o) && bears(o, p) {
 				rounds = append(rounds, o)
 			}
 		}
@@ -556,8 +593,6 @@ func (c *Controller) ownersToRead(b *namespaceBudget, r *round, others []*round,
 	}
 	// An owner none of whose pods the view shows, that a round still
 	// counts (round.owners): scaled to zero since, it wants none.
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, o := range rounds {
 		for uid, ref := range o.owners {
 			if !seen[uid] {
@@ -600,8 +635,18 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 		c.dropToken(r)
 		return nil, nil, false // frozen
 	}
-	tallies := map[*round]*tally{r: c.count(b, r, view, now)}
-	r.allowed = tallies[r].allowed
+	// Each round a chosen restart bears on counts it (shift), those
+	// counted after it was chosen too.
+	tallies := map[*round]*tally{}
+	tallyOf := func(o *round) *tally {
+		if tallies[o] == nil {
+			tallies[o] = c.count(b, o, view, now)
+			for _, j := range chosen {
+				tallies[o].shift(byUID[r.pods[j].uid], -1)
+			}
+		}
+		return tallies[o]
+	}
 	var budgeted []int
 	for _, i := range pending {
 		if other, ok := b.inFlight[r.pods[i].uid]; ok && other.by != r.key {
@@ -618,20 +663,20 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 	if !r.tokenAt.IsZero() {
 		budgeted = nil // no token is due now for them either
 	}
+	// Counted in every wave, a pod budgeted or not: counting keeps the
+	// round's estimate.
+	tallyOf(r)
 	waiting := false // for a token
+	bears := bearingOn(view)
 	for _, i := range budgeted {
 		p := byUID[r.pods[i].uid]
-		rules := []*tally{tallies[r]}
+		rules := []*tally{tallyOf(r)}
 		for _, o := range others {
-			if !o.sel.selects(p) {
-				continue
+			if bears(o, p) {
+				rules = append(rules, tallyOf(o))
 			}
-			if tallies[o] == nil {
-				tallies[o] = c.count(b, o, view, now)
-			}
-			rules = append(rules, tallies[o])
 		}
-		if slices.ContainsFunc(rules, func(t *tally) bool { return t.allowed < 1 }) {
+		if slices.ContainsFunc(rules, func(t *tally) bool { return !t.allows(p) }) {
 			continue
 		}
 		if !fresh {
@@ -644,8 +689,8 @@ func (c *Controller) choose(b *namespaceBudget, r *round, others []*round, view 
 			waiting = true
 			break
 		}
-		for _, t := range rules {
-			t.allowed--
+		for _, t := range tallies {
+			t.shift(p, -1)
 		}
 		chosen, tokens = append(chosen, i), append(tokens, now)
 	}

@@ -292,9 +292,11 @@ func TestPodRelabelledBetweenWavesIsLeft(t *testing.T) {
 
 // TestOverlappingRoundsShareTheBudget ensures a ConfigMap whose selector
 // overlaps another's does not take the pods of the other's round below that
-// round's floor: web-1..4 are selected by both (25% of 4: 1), x-5..8 by the
-// second only (25% of 8: 2); while the first waits for its replacement, the
-// second restarts that replacement (not Ready) and one x pod, not web-2.
+// round's floor: web-1..4 are selected by both (25% of 4: 1), x-5..8, of
+// the same ReplicaSet, by the second only (25% of 8: 2); while the first
+// waits for its replacement, the second restarts that replacement (not
+// Ready), not web-2, and no x pod: one gone would be one more of the
+// ReplicaSet's 8 expected among the first's (25% of 5: 1, 3 available).
 func TestOverlappingRoundsShareTheBudget(t *testing.T) {
 	pods := podsOf("RRRRRRRR")
 	for i, p := range pods {
@@ -312,7 +314,7 @@ func TestOverlappingRoundsShareTheBudget(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(api.deletedPods(), "web-1") }, waitFor, time.Millisecond)
 	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2})
 	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond)
-	assert.ElementsMatch(t, []string{"web-1", "web-1-r", "x-5"}, api.deletedPods())
+	assert.ElementsMatch(t, []string{"web-1", "web-1-r"}, api.deletedPods())
 	assert.Equal(t, 3, api.readyCount(webapp))
 }
 
@@ -551,4 +553,35 @@ func TestRoundKeepsTheBudgetOfAChangeWhoseRoundHasNotBegun(t *testing.T) {
 	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond)
 	assert.ElementsMatch(t, []string{"x-5", "x-6"}, api.deletedPods(), "b's pods that serve nothing, outside the budget; no Ready one")
 	assert.Equal(t, 4, api.readyCount(webapp))
+}
+
+// TestRestartOfAPodAnotherRoundDoesNotSelectKeepsItsBudget ensures a
+// wave's restart of a pod another round does not select, of an owner whose
+// other pods that round selects, counts in that round's budget: expected
+// pods are the owner's desired replicas less those the round does not
+// select, so one of those gone is one more expected of its own. a
+// (app=webapp) may restart 2 of web-1..4 at 50 %; b (tier=web: web-2,
+// relabelled into it, and x-5) allows 1 of its 2 expected, and web-1's
+// restart makes that 0 of 3: web-2 waits, web-3 goes.
+func TestRestartOfAPodAnotherRoundDoesNotSelectKeepsItsBudget(t *testing.T) {
+	pods := append(podsOf("RRRR"), &fakePod{name: "x-5", uid: "uid-5", labels: map[string]string{"tier": "web"}, owner: "x-rs", ready: true})
+	pods[1].labels["tier"] = "web"
+	api := newFakeAPI(t, pods...)
+	api.replaceDeleted(func() bool { return false })
+	listing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") {
+			once.Do(func() { close(listing); <-release })
+		}
+		return 0, "", false
+	}
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: time.Minute})
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	<-listing // a's first wave reads the pods
+	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2})
+	close(release)
+	require.Eventually(t, func() bool { return len(api.deletedPods()) >= 2 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-3"}, api.deletedPods()[:2], "a's first wave")
 }

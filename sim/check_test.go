@@ -185,7 +185,20 @@ func (w *world) controllerDeletes(r *request, k key) {
 				w.checkBudget(a, p, r)
 			}
 		}
+		for _, a := range w.annotatedObjects(k.ns) {
+			if w.bears(a, p) && w.behind(a) && !w.adoptedAsIs(a) {
+				w.checkBudget(a, p, r)
+			}
+		}
 	}
+}
+
+// bears reports whether restarting p, which a does not select, changes a's
+// budget: a counts p's owner (it selects another of its live pods), whose
+// desired replicas less its pods a does not select are a's expected pods
+// (docs/design.md, waves): one of those gone is one more expected.
+func (w *world) bears(a annotated, p *pod) bool {
+	return !w.selects(a, p) && p.wl.kind != "" && slices.ContainsFunc(p.wl.live(), func(q *pod) bool { return q != p && w.inBudget(a, q) })
 }
 
 // adoptedAsIs reports whether a controller adopts a's data as it is now:
@@ -576,8 +589,8 @@ func (w *world) countsOf(a annotated, p *pod, in func(annotated, *pod) bool, rep
 		desiredRS, since := replicas(wl)
 		selected, other := 0, 0
 		for _, q := range wl.live() {
-			if since >= 0 && q.created > since {
-				continue
+			if since >= 0 && q.created > since || q == p && !in(a, q) {
+				continue // p, one of the owner's pods a does not count, gone
 			}
 			if in(a, q) {
 				selected++
@@ -863,7 +876,8 @@ func (w *world) viewsStream(a annotated) bool {
 }
 
 // budgetAllows reports whether restarting p keeps every object that
-// selects it and would restart it, or whose round is owed, within
+// selects it and would restart it, or whose round is owed, and every
+// object whose round is owed that p's restart bears on (bears), within
 // MAX_UNAVAILABLE. It counts every object that selects p, by reference
 // too, over every pod it selects, where the budget check leaves out one
 // whose readers narrow by key: a restart it cannot be sure is allowed is
@@ -873,7 +887,12 @@ func (w *world) viewsStream(a annotated) bool {
 // waves), and restarting p would take that round's pods below it.
 func (w *world) budgetAllows(p *pod) bool {
 	for _, a := range w.annotatedObjects(p.ns) {
-		if !w.selects(a, p) || (current(a, p) && !w.owesRound(a)) {
+		switch {
+		case w.bears(a, p):
+			if !w.owesRound(a) {
+				continue
+			}
+		case !w.selects(a, p) || (current(a, p) && !w.owesRound(a)):
 			continue
 		}
 		expected, available := w.counts(a, p, w.selects)
@@ -891,16 +910,22 @@ func (w *world) budgetAllows(p *pod) bool {
 // bound): a's round is in progress or due, and it keeps its budget
 // while that pod is pending.
 func (w *world) owesRound(a annotated) bool {
+	if w.behind(a) {
+		return true
+	}
 	for _, q := range w.alivePods() {
-		if !w.selects(a, q) {
-			continue
-		}
-		if !current(a, q) && w.convergeWindow(a, q) == "" {
-			return true
-		}
-		if current(a, q) && w.proc != nil && w.window(q, []annotated{a}, w.proc.gen) != "" {
+		if w.selects(a, q) && current(a, q) && w.proc != nil && w.window(q, []annotated{a}, w.proc.gen) != "" {
 			return true
 		}
 	}
 	return false
+}
+
+// behind reports whether a pod a selects does not run a's data, and no
+// documented window explains it: a's round is in progress (it cannot have
+// ended), or due.
+func (w *world) behind(a annotated) bool {
+	return slices.ContainsFunc(w.alivePods(), func(q *pod) bool {
+		return w.selects(a, q) && !current(a, q) && w.convergeWindow(a, q) == ""
+	})
 }
