@@ -130,9 +130,11 @@ const maxConflicts = 5
 // when re-read waits for the next wave, which counts it again. An eviction
 // a disruption budget refuses stays pending for the next wave: the round
 // halts if that lasts ProgressDeadline (waves.go). An answer that proves
-// nothing was deleted takes the restart out of flight; one that does not
-// tell (a 5xx, a timeout, a cut connection) leaves it to settleUnsure
-// (budget.go).
+// the pod is still there takes the restart out of flight; one that does
+// not tell (a 5xx, a timeout, a cut connection) leaves it to settleUnsure
+// (budget.go); one that finds the pod gone (404) leaves it in flight too:
+// an earlier try whose answer did not tell may have deleted it, and a view
+// behind would count it available.
 func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *round, i int, token time.Time, log *slog.Logger) (state podState, err error) {
 	pod := &r.pods[i]
 	evict := c.cfg.Strategy == StrategyEvict
@@ -141,7 +143,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		verb, past, resource, permission = "evict", "evicted", "pods/eviction", "create on pods/eviction"
 	}
 	log = log.With("pod", pod.name)
-	maybeDeleted := false
+	maybeDeleted := false // or gone
 	defer func() {
 		if !maybeDeleted {
 			c.budgetOf(obj.namespace).release(pod.uid)
@@ -196,6 +198,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 			}
 			return podRestarted, nil
 		case answerNotFound:
+			maybeDeleted = true
 			count("not_found")
 			log.Info("pod already gone", "outcome", "not_found")
 			return podGone, nil
@@ -222,6 +225,7 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 				return podPending, fmt.Errorf("%s pod %s/%s: it changed %d times in a row: %w", verb, obj.namespace, pod.name, conflicts, err)
 			}
 			if st, again, err := c.judgeAgain(ctx, obj.namespace, r, pod, log); !again {
+				maybeDeleted = st == podGone
 				return st, err
 			}
 		case answerRefused:

@@ -64,3 +64,49 @@ func TestRestartWhoseAnswerDidNotTellIsSettledByAView(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartFoundGoneOnItsRetryStaysUnavailable ensures a restart whose
+// first answer did not tell (the server deleted, the answer lost) and whose
+// retry is answered 404 keeps counting unavailable while the index, behind,
+// still shows the pod Ready: the 404 proves the retry deleted nothing, not
+// that the pod is there. 4 pods, 2 may be down: webapp-1 (its deletion not
+// shown) and webapp-2 go; webapp-2's replacement becomes Ready, so one more
+// may go: webapp-1's retry (404), then webapp-3, and no fourth.
+func TestRestartFoundGoneOnItsRetryStaysUnavailable(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 4)...) // its server, a socket, outside the bubble
+	synctest.Test(t, func(t *testing.T) {
+		x := mirror(t, api, api.replacement) // replacements start, not Ready
+		shown := api.afterDelete
+		api.afterDelete = func(p fakePod) {
+			if p.name != "webapp-1" {
+				shown(p) // webapp-1's deletion never reaches the index
+			}
+		}
+		var once sync.Once
+		api.lose = func(r request) (hit bool) {
+			if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-1") {
+				once.Do(func() { hit = true })
+			}
+			return hit
+		}
+		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour}
+		cfg.Pods = oneIndex{x: x}
+		c, _ := newTestController(t, memAPI{api}, cfg)
+		start(t, c)
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+		synctest.Wait()
+		time.Sleep(5 * time.Second) // the round's retries
+		synctest.Wait()
+		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods())
+
+		api.mu.Lock()
+		r := api.pods["webapp-2r"]
+		api.revision++
+		r.ready, r.version = true, api.revision
+		x.Handle(podEvent(t, watch.Modified, *r))
+		api.mu.Unlock()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods(), "webapp-1 is gone though the index shows it: one more, not two")
+	})
+}
