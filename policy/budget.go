@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -105,6 +106,9 @@ type namespaceBudget struct {
 	// replacement created meanwhile, counted gone by other hands, lowers
 	// its owner's estimate, and the budget with it.
 	listedUpTo uint64
+	// lastRestart is when a round of the namespace last sent a DELETE or
+	// an eviction (Unix nanoseconds), read without mu (replacementsDue).
+	lastRestart atomic.Int64
 	// live is the owner uid of each owned live pod the namespace's last
 	// count showed, by pod uid: a round begins from it too (take).
 	live map[string]string

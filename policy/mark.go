@@ -75,14 +75,24 @@ type marker struct {
 }
 
 // noteSeen returns a mark for a change of namespace seen now, and sends
-// its LIST, if a round of the namespace is in progress or no worker is
-// free to begin its round (else it begins at once, or markRefused marks
-// it); else nil. c.mu must be held: it never blocks.
+// its LIST, if a round of the namespace is in progress, a replacement is
+// due, or no worker is free to begin its round (else it begins at once,
+// or markRefused marks it); else nil. c.mu must be held: it never blocks.
 func (c *Controller) noteSeen(namespace string) *seenMark {
-	if !c.roundIn(namespace) && c.queue.busy() < c.cfg.Workers {
+	if !c.roundIn(namespace) && c.queue.busy() < c.cfg.Workers && !c.replacementsDue(namespace) {
 		return nil
 	}
 	return c.sendMark(namespace)
+}
+
+// replacementsDue: a round of namespace sent a restart less than leftAfter
+// ago (its owner replaces a pod within seconds), though none may be in
+// progress now (one that restarted every pod at once ends before their
+// replacements exist): a replacement created after a change seen now runs
+// its data, and no DELETE sent after it tells so. c.mu must be held.
+func (c *Controller) replacementsDue(namespace string) bool {
+	b := c.budgets[namespace]
+	return b != nil && time.Since(time.Unix(0, b.lastRestart.Load())) < leftAfter
 }
 
 // markRefused marks the change pending on key, seen at seenAt, if it has

@@ -14,6 +14,8 @@ import (
 	"github.com/k8spatterns/config-watcher/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/k8spatterns/config-watcher/watch"
 )
 
 // TestRoundInAnswersFromTheRoundsInProgress ensures roundIn, which the
@@ -94,4 +96,52 @@ func TestMarkIsNotHeldBehindALISTInFlight(t *testing.T) {
 	_, ok = first.wait(context.Background(), waitFor)
 	assert.True(t, ok)
 	assert.Equal(t, int32(2), marks.Load(), "one LIST per mark here: none noted together")
+}
+
+// TestChangeSeenWhileReplacementsAreDueIsMarked ensures a change seen while
+// no round of the namespace is in progress, but less than leftAfter after
+// one restarted pods (all at once: it ended before their replacements
+// existed), is marked, so that a replacement created after the change was
+// seen, while the new round's intent write is slow, runs its data and is
+// not restarted: without a mark, the new round's bound (its first DELETE's
+// answer, after the write) came after that replacement, and took it
+// (simulator seed 2029).
+func TestChangeSeenWhileReplacementsAreDueIsMarked(t *testing.T) {
+	web := map[string]string{"app": "webapp"}
+	api := newFakeAPI(t, &fakePod{name: "web-1", uid: "uid-1", labels: web}, &fakePod{name: "web-2", uid: "uid-2", labels: web})
+	api.listsAtRevision = true
+	x := mirror(t, api, nil) // the ReplicaSet replaces pods when the test says
+	c, _ := newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 1 }, waitFor, time.Millisecond, "the first round restarted both, and ended")
+	settle(t, c)
+
+	// web-1's replacement comes before the next change, web-2's after it
+	// was seen, while the new round's intent write is held.
+	api.mu.Lock()
+	early := api.replacement(fakePod{name: "web-1", labels: web})
+	api.mu.Unlock()
+	x.Handle(podEvent(t, watch.Added, *early))
+	release, free := heldUntilFreed(t)
+	var held atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodPatch && strings.Contains(r.body, RestartingAnnotation) && held.CompareAndSwap(false, true) {
+			<-release
+		}
+		return 0, "", false
+	}
+	v3 := map[string]string{"message": "Hello once more"}
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v2), data: v3})
+	require.Eventually(t, held.Load, waitFor, time.Millisecond, "the intent's write held")
+	require.Eventually(t, func() bool { return markResolved(c) }, waitFor, time.Millisecond, "the change marked")
+	api.mu.Lock()
+	late := api.replacement(fakePod{name: "web-2", labels: web})
+	api.mu.Unlock()
+	x.Handle(podEvent(t, watch.Added, *late))
+	free()
+
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) == 2 }, waitFor, time.Millisecond)
+	settle(t, c)
+	assert.ElementsMatch(t, []string{"web-1", "web-2", "web-1r"}, api.removedPods(), "web-2r runs the new data")
 }

@@ -167,8 +167,12 @@ func (c *Controller) restartPod(ctx context.Context, key string, obj object, r *
 		r.sent.Store(true)
 		sentAt := c.moment.Add(1) // before it is sent: see seenAfter
 		evicting := evict || c.cfg.DryRun
+		b := c.budgetOf(obj.namespace)
+		if !c.cfg.DryRun {
+			b.lastRestart.Store(time.Now().UnixNano()) // its replacement is due (replacementsDue)
+		}
 		if !evicting {
-			c.budgetOf(obj.namespace).noteSent(sentAt)
+			b.noteSent(sentAt)
 		}
 		answer, err := c.sendRestart(ctx, obj.namespace, *pod)
 		if !evicting {
