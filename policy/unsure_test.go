@@ -34,13 +34,7 @@ func TestRestartWhoseAnswerDidNotTellIsSettledByAView(t *testing.T) {
 			api.graceful = true
 			synctest.Test(t, func(t *testing.T) {
 				x := mirror(t, api, api.replacement) // replacements start and never become Ready
-				var once sync.Once
-				first := func(r request) (hit bool) {
-					if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-1") {
-						once.Do(func() { hit = true })
-					}
-					return hit
-				}
+				first := firstDeleteOf("webapp-1")
 				if tt.acted {
 					api.lose = first
 				} else {
@@ -82,13 +76,7 @@ func TestRestartFoundGoneOnItsRetryStaysUnavailable(t *testing.T) {
 				shown(p) // webapp-1's deletion never reaches the index
 			}
 		}
-		var once sync.Once
-		api.lose = func(r request) (hit bool) {
-			if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/webapp-1") {
-				once.Do(func() { hit = true })
-			}
-			return hit
-		}
+		api.lose = firstDeleteOf("webapp-1")
 		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour}
 		cfg.Pods = oneIndex{x: x}
 		c, _ := newTestController(t, memAPI{api}, cfg)
@@ -109,4 +97,15 @@ func TestRestartFoundGoneOnItsRetryStaysUnavailable(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"webapp-1", "webapp-2", "webapp-3"}, api.removedPods(), "webapp-1 is gone though the index shows it: one more, not two")
 	})
+}
+
+// firstDeleteOf matches the first DELETE of pod name, and no other request.
+func firstDeleteOf(name string) func(request) bool {
+	var once sync.Once
+	return func(r request) (hit bool) {
+		if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/"+name) {
+			once.Do(func() { hit = true })
+		}
+		return hit
+	}
 }

@@ -535,21 +535,7 @@ func TestRoundKeepsTheBudgetOfAChangeWhoseRoundHasNotBegun(t *testing.T) {
 		}
 	}
 	api := newFakeAPI(t, pods...)
-	api.replaceDeleted(func() bool { return false })
-	listing, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	api.fault = func(r request) (int, string, bool) {
-		if r.method == http.MethodGet && strings.HasSuffix(r.path, "/pods") {
-			once.Do(func() { close(listing); <-release })
-		}
-		return 0, "", false
-	}
-	c, m := newTestController(t, api.client(), Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 100 * time.Millisecond})
-	start(t, c)
-	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	<-listing // a's first wave reads the pods
-	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2})
-	close(release)
+	m := bChangedDuringAsFirstList(t, api, Config{MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: 100 * time.Millisecond})
 	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond)
 	assert.ElementsMatch(t, []string{"x-5", "x-6"}, api.deletedPods(), "b's pods that serve nothing, outside the budget; no Ready one")
 	assert.Equal(t, 4, api.readyCount(webapp))
@@ -567,6 +553,16 @@ func TestRestartOfAPodAnotherRoundDoesNotSelectKeepsItsBudget(t *testing.T) {
 	pods := append(podsOf("RRRR"), &fakePod{name: "x-5", uid: "uid-5", labels: map[string]string{"tier": "web"}, owner: "x-rs", ready: true})
 	pods[1].labels["tier"] = "web"
 	api := newFakeAPI(t, pods...)
+	bChangedDuringAsFirstList(t, api, Config{MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: time.Minute})
+	require.Eventually(t, func() bool { return len(api.deletedPods()) >= 2 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"web-1", "web-3"}, api.deletedPods()[:2], "a's first wave")
+}
+
+// bChangedDuringAsFirstList starts a controller with one worker over api
+// (replacements never Ready), a's change (app=webapp) first; b's
+// (tier=web) is seen while a's first wave reads the pods: known, its round
+// not begun.
+func bChangedDuringAsFirstList(t *testing.T, api *fakeAPI, cfg Config) *Metrics {
 	api.replaceDeleted(func() bool { return false })
 	listing, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -576,12 +572,12 @@ func TestRestartOfAPodAnotherRoundDoesNotSelectKeepsItsBudget(t *testing.T) {
 		}
 		return 0, "", false
 	}
-	c, _ := newTestController(t, api.client(), Config{RecordHash: true, Workers: 1, MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: time.Minute})
+	cfg.RecordHash, cfg.Workers = true, 1
+	c, m := newTestController(t, api.client(), cfg)
 	start(t, c)
 	handle(t, c, watch.Modified, cmSpec{name: "a", uid: "uid-a", selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
 	<-listing // a's first wave reads the pods
 	handle(t, c, watch.Modified, cmSpec{name: "b", uid: "uid-b", selector: ptr("tier=web"), recorded: hashOf(t, v1), data: v2})
 	close(release)
-	require.Eventually(t, func() bool { return len(api.deletedPods()) >= 2 }, waitFor, time.Millisecond)
-	assert.ElementsMatch(t, []string{"web-1", "web-3"}, api.deletedPods()[:2], "a's first wave")
+	return m
 }
