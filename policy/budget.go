@@ -384,11 +384,18 @@ type ownerTally struct{ desired, unselected int }
 // disruption controller's arithmetic, expected pods being each owner's
 // desired replicas less its live pods the round does not select.
 func (t *tally) allowed() int {
-	expected := 0
-	for _, o := range t.owners {
-		expected += max(o.desired-o.unselected, 0)
-	}
+	expected := t.expected()
 	return t.available - (expected - t.budget.of(expected))
+}
+
+// expected sums each owner's desired replicas less its live pods the
+// round does not select.
+func (t *tally) expected() int {
+	n := 0
+	for _, o := range t.owners {
+		n += max(o.desired-o.unselected, 0)
+	}
+	return n
 }
 
 // shift counts p's restart (by -1), or takes it back (+1): a pod the round
@@ -407,13 +414,16 @@ func (t *tally) shift(p *livePod, by int) {
 }
 
 // allows reports whether restarting p leaves t within its budget: where it
-// lowers what t allows, t must not be held and must allow one more.
+// takes one more of t's expected pods down (one available fewer, or one
+// more expected), t must not be held and must stay within it after, though
+// a percentage's budget may grow with expected: over it already, a round
+// is not to go further over.
 func (t *tally) allows(p *livePod) bool {
-	before := t.allowed()
+	down := t.expected() - t.available
 	t.shift(p, -1)
-	after := t.allowed()
+	ok := t.expected()-t.available <= down || (!t.held && t.allowed() >= 0)
 	t.shift(p, 1)
-	return after >= before || (!t.held && after >= 0)
+	return ok
 }
 
 // count makes round r's tally on view. expected comes from the owners'

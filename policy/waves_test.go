@@ -558,6 +558,25 @@ func TestRestartOfAPodAnotherRoundDoesNotSelectKeepsItsBudget(t *testing.T) {
 	assert.ElementsMatch(t, []string{"web-1", "web-3"}, api.deletedPods()[:2], "a's first wave")
 }
 
+// TestRoundOverItsBudgetTakesNoMoreOfItsOwnersPods ensures a restart that
+// takes one more of a round's expected pods down is refused while that
+// round is over its budget, though a percentage's budget grows with
+// expected as much: b (tier=web: web-2, and x-5 and x-6, crash-looping)
+// expects 3 and has 1 available at 50 % (2 must be); web-1's restart would
+// make that 4 expected, 1 available, 2 allowed down: 3 down. a restarts
+// nothing; b restarts its crash-looping pods, outside the budget.
+func TestRoundOverItsBudgetTakesNoMoreOfItsOwnersPods(t *testing.T) {
+	pods := podsOf("RRRR")
+	pods[1].labels["tier"] = "web"
+	for _, name := range []string{"x-5", "x-6"} {
+		pods = append(pods, &fakePod{name: name, uid: "uid-" + name, labels: map[string]string{"tier": "web"}, owner: "x-rs", waiting: "CrashLoopBackOff"})
+	}
+	api := newFakeAPI(t, pods...)
+	m := bChangedDuringAsFirstList(t, api, Config{MaxUnavailable: Budget{Percent: 50}, ProgressDeadline: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { return m.RoundsHalted.Value() == 2 }, waitFor, time.Millisecond)
+	assert.ElementsMatch(t, []string{"x-5", "x-6"}, api.deletedPods())
+}
+
 // bChangedDuringAsFirstList starts a controller with one worker over api
 // (replacements never Ready), a's change (app=webapp) first; b's
 // (tier=web) is seen while a's first wave reads the pods: known, its round
