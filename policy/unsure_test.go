@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/k8spatterns/config-watcher/podindex"
 	"github.com/k8spatterns/config-watcher/watch"
 )
 
@@ -45,14 +46,7 @@ func TestRestartWhoseAnswerDidNotTellIsSettledByAView(t *testing.T) {
 						return 0, "", false
 					}
 				}
-				cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-				cfg.Pods = oneIndex{x: x}
-				c, _ := newTestController(t, memAPI{api}, cfg)
-				start(t, c)
-				handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-				synctest.Wait()
-				time.Sleep(10 * time.Second) // the round's retries; far from 2 minutes
-				synctest.Wait()
+				changeOnIndex(t, api, x, 1, 10*time.Second) // the round's retries; far from 2 minutes
 				assert.Equal(t, tt.want, api.removedPods())
 			})
 		})
@@ -77,14 +71,7 @@ func TestRestartFoundGoneOnItsRetryStaysUnavailable(t *testing.T) {
 			}
 		}
 		api.lose = firstDeleteOf("webapp-1")
-		cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 2}, ProgressDeadline: time.Hour}
-		cfg.Pods = oneIndex{x: x}
-		c, _ := newTestController(t, memAPI{api}, cfg)
-		start(t, c)
-		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-		synctest.Wait()
-		time.Sleep(5 * time.Second) // the round's retries
-		synctest.Wait()
+		changeOnIndex(t, api, x, 2, 5*time.Second) // the round's retries
 		assert.Equal(t, []string{"webapp-1", "webapp-2"}, api.removedPods())
 
 		api.mu.Lock()
@@ -108,4 +95,19 @@ func firstDeleteOf(name string) func(request) bool {
 		}
 		return hit
 	}
+}
+
+// changeOnIndex starts, inside a synctest bubble, a controller over the
+// index x (MAX_UNAVAILABLE=budget pods, no deadline), shows it a data
+// change of the ConfigMap selecting api's pods and lets its round, and
+// the round's retries, run for d.
+func changeOnIndex(t *testing.T, api *fakeAPI, x *podindex.Index, budget int, d time.Duration) {
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: budget}, ProgressDeadline: time.Hour}
+	cfg.Pods = oneIndex{x: x}
+	c, _ := newTestController(t, memAPI{api}, cfg)
+	start(t, c)
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	synctest.Wait()
+	time.Sleep(d)
+	synctest.Wait()
 }
