@@ -370,7 +370,7 @@ func (c *Controller) runRound(ctx context.Context, key string, obj object, r *ro
 		if rewrites++; rewrites > maxRewrites {
 			return fmt.Errorf("the round's intent was removed %d times: %w", rewrites, errIntentLost)
 		}
-		log.Info("the round's intent is not on the object (removed, or the object replaced); writing it again")
+		log.Info("the round's intent is not on the object as it must read (removed, the object replaced, or its pods mixed since); writing it again")
 	}
 }
 
@@ -382,18 +382,28 @@ const maxRewrites = 3
 // shows it already: before the round's first restart, or its wait to
 // settle, so that a round cut short leaves it behind.
 func (c *Controller) ensureIntent(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
-	if !c.needsIntent(key, r) {
+	switch need, mixed := c.needsIntent(key, r); {
+	case !need:
+		return nil
+	case mixed:
+		if err := c.writeIntentText(ctx, key, obj, r, mixedIntent); err != nil {
+			return fmt.Errorf("record the round in progress: %w", err)
+		}
 		return nil
 	}
 	return c.writeIntent(ctx, key, obj, r, r.pods, log)
 }
 
-// needsIntent: r has pods, and the server does not show its intent.
-func (c *Controller) needsIntent(key string, r *round) bool {
+// needsIntent: r has pods, and the server does not show its intent; mixed
+// where that is mixedIntent (entry.mixedDue).
+func (c *Controller) needsIntent(key string, r *round) (need, mixed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	return e != nil && e.needsIntent(r, c.recordsOnServer())
+	if e == nil {
+		return false, false
+	}
+	return e.needsIntent(r, c.recordsOnServer()), e.mixedDue(r)
 }
 
 // beginRound begins a round. It takes its pods from its first wave's view

@@ -246,8 +246,16 @@ func (e *entry) toCarry(onServer bool) *stored {
 // or, on the server, wiped or the object replaced since). onServer: R and
 // I are annotations, not memory only.
 func (e *entry) needsIntent(r *round, onServer bool) bool {
-	return len(r.pods) > 0 && (e.ourIntent == "" || (onServer && e.shown().intent.text != e.ourIntent))
+	return len(r.pods) > 0 && (e.ourIntent == "" || (e.mixedDue(r) && e.ourIntent != mixedIntent.text) || (onServer && e.shown().intent.text != e.ourIntent))
 }
+
+// mixedDue: round r, begun in a storm, goes on for its data after a view
+// showed other data (sawOther): its replacements may run that data, so
+// its intent must read as pods mixed before its next restart. Written
+// only with its record, a kill before it would leave an intent for data
+// later set back to the round's own, which a successor resumes as if
+// every replacement ran it.
+func (e *entry) mixedDue(r *round) bool { return e.round == r && r.storm && e.sawOther }
 
 // before: st was on its way before write w, and shows w's past.
 func (st stored) before(w stored) bool { return st.version != 0 && st.version < w.version }

@@ -20,8 +20,9 @@ import (
 // finish, so that they reach the data of each window), and it records the
 // data it restarted for. The replacements it caused after the data changed
 // may run any data seen meanwhile, even where the data ends on the round's
-// own (R = D): such a round (entry.sawOther) leaves mixedIntent beside R,
-// and the next window's round restarts every pod. It holds on to its data
+// own (R = D): such a round (entry.sawOther) writes mixedIntent before its
+// next restart (entry.mixedDue), leaves it beside R, and the next window's
+// round restarts every pod. It holds on to its data
 // only while it can bring the pods there: once it halts (its replacements
 // may crash on that data, and the fix be in the next), or once the data
 // has been quiet for StormWindow and the storm ends, other data supersedes

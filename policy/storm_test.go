@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -530,4 +531,45 @@ func TestStormEndsAfterAQuietWindowNoWorkerSaw(t *testing.T) {
 	assert.Equal(t, stormEnded, news)
 	assert.Zero(t, left)
 	assert.False(t, e.storm)
+}
+
+// TestStormRoundThatSawOtherDataReadsAsMixedBeforeItsNextRestart ensures a
+// round begun in a storm, going on for its data after a view showed other
+// data, has its intent read as pods mixed on the object before its next
+// restart: that restart's replacement may run the other data, and a kill
+// before the round's record would leave, were the data set back to the
+// round's own, an intent a successor resumes as if every replacement ran
+// it (simulator seed 8575).
+func TestStormRoundThatSawOtherDataReadsAsMixedBeforeItsNextRestart(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 3)...)
+	api.afterDelete = func(p fakePod) { api.replacement(p) }
+	c, _ := newTestController(t, api.client(), Config{RecordHash: true, MaxUnavailable: Budget{Percent: 100}, MaxConcurrentRestarts: 1,
+		StormChanges: 2, StormWindow: 500 * time.Millisecond})
+	change := func(data map[string]string) {
+		handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: data})
+	}
+	for n := range 4 { // standing by, it sees the storm
+		change(stormData(n))
+	}
+	var mu sync.Mutex
+	var intents []string // the intent on the object when each DELETE came
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete {
+			written := api.intents()
+			mu.Lock()
+			defer mu.Unlock()
+			intents = append(intents, written[len(written)-1])
+			if len(intents) == 1 {
+				change(stormData(100)) // the next replacements may run it
+			}
+		}
+		return 0, "", false
+	}
+	start(t, c)
+	require.Eventually(t, func() bool { return len(api.recordedHashes()) > 0 }, waitFor, time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, intents, 3)
+	assert.NotEqual(t, mixedIntent.text, intents[0], "before other data was seen")
+	assert.Equal(t, []string{mixedIntent.text, mixedIntent.text}, intents[1:])
 }
