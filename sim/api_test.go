@@ -51,8 +51,9 @@ type request struct {
 	ctx    context.Context
 	answer chan answer // buffered: the driver never waits on a client
 	at     time.Duration
-	// shows: the ConfigMaps and Secrets a LIST's answer holds.
-	shows []sighting
+	// shows: the ConfigMaps and Secrets a LIST's answer holds; gone: the
+	// deletions (world.removals) it shows by their absence.
+	shows, gone []sighting
 	// podList: the namespace of a LIST of pods (not a limit=1 mark) whose
 	// answer takes the server's pods as they were when served ("*": all).
 	podList string
@@ -450,6 +451,13 @@ func (a *api) list(r *request, c key) *http.Response {
 		for _, o := range items {
 			r.shows = append(r.shows, sightingOf(c.res, o))
 		}
+		if r.query.Get("continue") == "" {
+			for _, rm := range a.w.removals {
+				if d := a.w.datas[rm.data]; d != nil && rm.rv <= a.rv && inScope(key{d.kind, d.ns, d.name}, c) {
+					r.gone = append(r.gone, rm.sighting)
+				}
+			}
+		}
 	}
 	return objectResponse(200, object{"kind": "List", "apiVersion": "v1", "metadata": m, "items": items})
 }
@@ -640,8 +648,9 @@ type delivery struct {
 	end  error
 	// added: the uid of the pod an ADDED event of a pods watch shows.
 	added string
-	// shows: the ConfigMap or Secret an event shows (uid "": none).
-	shows sighting
+	// shows: the ConfigMap or Secret an event shows (uid "": none); gone:
+	// the one a DELETED event shows deleted.
+	shows, gone sighting
 	// pod: the uid of the pod an event of a pods watch shows, as it was
 	// at made.
 	pod  string
@@ -744,6 +753,8 @@ func (s *stream) event(typ string, o object) {
 		}
 	case (typ == "ADDED" || typ == "MODIFIED") && (s.c.res == "configmaps" || s.c.res == "secrets"):
 		d.shows = sightingOf(s.c.res, o)
+	case typ == "DELETED" && (s.c.res == "configmaps" || s.c.res == "secrets"):
+		d.gone = sightingOf(s.c.res, o)
 	}
 }
 

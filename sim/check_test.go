@@ -162,6 +162,10 @@ func (w *world) controllerDeletes(r *request, k key) {
 			w.note("selection changed, not yet shown to the controller that sent the request")
 			return
 		}
+		if w.removalUnseen(p, r.conn.gen, r.at) {
+			w.note("an object deleted, its deletion not yet shown to the controller that sent the request")
+			return
+		}
 		w.violate("bystander", "%s/%s deleted though no object selects it (labels %v)", p.ns, p.name, p.labels)
 		return
 	}
@@ -377,6 +381,33 @@ func (w *world) selWriteUnseen(ns string, gen int, at time.Duration) bool {
 				shown = true
 				break
 			}
+		}
+		if !shown {
+			return true
+		}
+	}
+	return false
+}
+
+// removalUnseen reports whether an object that selected p when it was
+// deleted, and that the server had shown controller gen, was deleted
+// before at, and the server had not shown that deletion to gen by then (a
+// watch cut, a LIST answer held since before it): as with a selector write
+// (selWriteUnseen), the controller decided on the objects it was shown,
+// and RELIABILITY.md's bystander judges by them. A deletion shown at the
+// very instant the request was sent may have come after it; a later
+// revision of the object created again shows it too.
+func (w *world) removalUnseen(p *pod, gen int, at time.Duration) bool {
+	for dk, rm := range w.removals {
+		if !rm.ok || !w.selects(rm.as, p) || !w.shownTo[fmt.Sprintf("%s/%d", rm.uid, gen)] {
+			continue
+		}
+		shown := false
+		for _, s := range w.removalsShown[fmt.Sprintf("%s/%d", dk, gen)] {
+			shown = shown || s.rv >= rm.rv && s.at < at
+		}
+		for _, s := range w.sightings[fmt.Sprintf("%s/%d", dk, gen)] {
+			shown = shown || s.rv > rm.rv && s.at < at
 		}
 		if !shown {
 			return true

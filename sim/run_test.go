@@ -317,6 +317,9 @@ func (w *world) deliver() {
 			for _, sg := range d.r.shows {
 				w.sighted(sg, d.r.conn.gen)
 			}
+			for _, sg := range d.r.gone {
+				w.goneShown(sg, d.r.conn.gen)
+			}
 		}
 		d.r.answer <- d.ans
 	case d.line != nil:
@@ -326,6 +329,9 @@ func (w *world) deliver() {
 		}
 		if d.shows.uid != "" {
 			w.sighted(d.shows, d.s.conn.gen)
+		}
+		if d.gone.uid != "" {
+			w.goneShown(d.gone, d.s.conn.gen)
 		}
 	default:
 		d.s.finish(d.end)
@@ -352,6 +358,15 @@ func (w *world) sighted(sg sighting, gen int) {
 	k := fmt.Sprintf("%s/%d", sg.data, gen)
 	if s := w.sightings[k]; len(s) == 0 || s[len(s)-1].rv < sg.rv {
 		w.sightings[k] = append(s, sightingAt{rv: sg.rv, at: w.now()})
+	}
+}
+
+// goneShown notes that controller gen was shown sg's deletion: a DELETED
+// event, or a LIST served since without it.
+func (w *world) goneShown(sg sighting, gen int) {
+	k := fmt.Sprintf("%s/%d", sg.data, gen)
+	if s := w.removalsShown[k]; len(s) == 0 || s[len(s)-1].rv < sg.rv {
+		w.removalsShown[k] = append(s, sightingAt{rv: sg.rv, at: w.now()})
 	}
 }
 
@@ -478,7 +493,7 @@ var eventCauses = map[string]string{"blip": causeUnready, "node lost": causeUnre
 func newWorld(seed uint64) *world {
 	w := &world{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), start: time.Now(), datas: map[string]*data{},
 		watched: map[string]bool{}, initialOut: map[string]bool{}, outSince: map[string]time.Duration{}, outSpans: map[string][]span{},
-		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, addedTo: map[string]bool{}, podViews: map[string][]podView{}, nodeLost: map[string]time.Duration{}, nodesLostAt: map[string][]time.Duration{}, downSince: -1}
+		adoptedRecreated: map[string]time.Duration{}, recreatedUnder: map[string][]string{}, shownTo: map[string]bool{}, sightings: map[string][]sightingAt{}, selChanged: map[string]time.Duration{}, selWrites: map[string]sighting{}, removals: map[string]removal{}, removalsShown: map[string][]sightingAt{}, addedTo: map[string]bool{}, podViews: map[string][]podView{}, nodeLost: map[string]time.Duration{}, nodesLostAt: map[string][]time.Duration{}, downSince: -1}
 	w.api = newAPI(w)
 	return w
 }
@@ -968,7 +983,9 @@ func (w *world) generate() {
 			uid, _ := meta(o)["uid"].(string)
 			w.logf("world: %s %s/%s deleted", d.kind, d.ns, d.name)
 			w.deletedObjects++
-			w.api.remove(k)
+			gone := removal{sighting: sightingOf(d.kind, w.api.remove(k))}
+			gone.as, gone.ok = annotatedAs(k, o)
+			w.removals[dataKey(d.kind, d.ns, d.name)] = gone
 			w.after(gcDelay, "garbage collector", func() { w.collectDependents(uid) })
 			ann := annotationsOf(o)
 			for a := range ann {

@@ -111,6 +111,14 @@ type sightingAt struct {
 	at time.Duration
 }
 
+// removal is a data object's deletion: the revision it made, and what the
+// object selected (ok: anything) when it went.
+type removal struct {
+	sighting
+	as annotated
+	ok bool
+}
+
 // podList is a LIST of pods a controller sent (not a limit=1 mark or
 // bound): a round's, a sweep's or the index's.
 type podList struct {
@@ -208,6 +216,8 @@ type world struct {
 	lateViews        []span        // a list of ConfigMaps, Secrets or Namespaces: from its effect to its held answer
 	selChanged       map[string]time.Duration
 	selWrites        map[string]sighting        // "kind/ns/name": the last write that changed the object's selector, as the revision it made
+	removals         map[string]removal         // "kind/ns/name": the object's last deletion (re-create)
+	removalsShown    map[string][]sightingAt    // "kind/ns/name/controller gen": when that controller was first shown each later deletion
 	addedTo          map[string]bool            // "pod uid/controller gen": a pods watch of that controller showed the pod ADDED
 	podViews         map[string][]podView       // "pod uid/controller gen" or "ns/controller gen" ("": all): what showed that controller the pod, or the namespace's pods
 	nodeLost         map[string]time.Duration   // namespace -> end of the wait a DaemonSet node lost explains (checkPrompt)
@@ -377,22 +387,30 @@ func (w *world) annotatedObjects(ns string) []annotated {
 			if k.res != kind || k.ns != ns {
 				continue
 			}
-			ann := annotationsOf(o)
-			a := annotated{kind: kind, ns: ns, name: k.name, byRef: ann[byRefAnnotation] == "true", data: w.dataOf(kind, ns, k.name)}
-			if s, ok := ann[selectorAnnotation]; ok {
-				sel, err := selector.Parse(s)
-				if err != nil {
-					continue
-				}
-				a.sel = sel
-			}
-			if a.sel != nil || a.byRef {
+			if a, ok := annotatedAs(k, o); ok {
+				a.data = w.dataOf(kind, ns, k.name)
 				out = append(out, a)
 			}
 		}
 	}
 	slices.SortFunc(out, func(x, y annotated) int { return strings.Compare(x.kind+x.name, y.kind+y.name) })
 	return out
+}
+
+// annotatedAs returns the selection object o at k makes, its data left
+// out; ok is false where it makes none (no annotation, or an invalid
+// selector).
+func annotatedAs(k key, o object) (a annotated, ok bool) {
+	ann := annotationsOf(o)
+	a = annotated{kind: k.res, ns: k.ns, name: k.name, byRef: ann[byRefAnnotation] == "true"}
+	if s, set := ann[selectorAnnotation]; set {
+		sel, err := selector.Parse(s)
+		if err != nil {
+			return a, false
+		}
+		a.sel = sel
+	}
+	return a, a.sel != nil || a.byRef
 }
 
 // reads returns which keys of an object p reads: all (nil, true), some,
