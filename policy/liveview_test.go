@@ -456,6 +456,43 @@ func TestWaveListsAgainWhenANewerListAnsweredDuringItsReads(t *testing.T) {
 	}
 }
 
+// TestWaveCountsOnAnIndexSyncedDuringItsScaleReads ensures a wave that
+// listed its pods, the index not synced yet (a controller just started),
+// counts on the index once it has synced while the owners' scale was read:
+// a pod the index shows not Ready (4 pods, MAX_UNAVAILABLE=1) leaves no pod
+// to restart, where the wave's own older LIST, still showing it Ready,
+// allowed one (simulator seed 2203: a DaemonSet's pod for a node come back,
+// created after the LIST, shown by the index).
+func TestWaveCountsOnAnIndexSyncedDuringItsScaleReads(t *testing.T) {
+	api := newFakeAPI(t, owned("webapp", 4)...)
+	x := podindex.New(slog.New(slog.NewTextHandler(io.Discard, nil))) // not listed yet
+	var read atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) {
+			api.mu.Lock()
+			p := api.pods["webapp-4"] // its probe fails
+			api.revision++
+			p.ready, p.version, p.readySince = false, api.revision, time.Now()
+			x.BeginList() // it lists now, and shows the probe's failure
+			for _, p := range api.pods {
+				x.Handle(podEvent(t, watch.Synced, *p))
+			}
+			x.EndList()
+			x.Progress(strconv.FormatUint(api.revision, 10))
+			api.mu.Unlock()
+		}
+		return 0, "", false
+	}
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+	c, m := startWaves(t, api.client(), cfg, x)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+	require.True(t, read.Load(), "the scale was read")
+	require.NotEmpty(t, api.podLists(), "the wave listed: the index had not synced")
+	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
+}
+
 // TestWaveCountsARoundOfAChangeSeenWhileItsScaleReadIsSlow ensures a wave
 // counts the budget of a round whose change was seen while its owners'
 // scale reads were out, not begun yet (one worker, busy with the wave): 8

@@ -200,15 +200,22 @@ func (c *Controller) wave(ctx context.Context, key string, obj object, r *round,
 // while the read was slow) is judged again on it (refresh), as the next
 // wave would: the view before the reads would count it available. Where
 // the index has not caught up with a LIST, view stays. Where view came
-// from a LIST, it stays unless another round's newer LIST answered
-// meanwhile: the count must not go back behind what the controller was
-// shown, so the wave lists again (one LIST more only where rounds of the
-// namespace overlap).
+// from a LIST, the count must not go back behind what the controller was
+// shown either: an index that came up meanwhile (its watch was down, or
+// had not listed yet) and has caught up with that LIST gives the view, as
+// the next wave's would; else view stays unless another round's newer
+// LIST answered meanwhile, and the wave lists again (one LIST more only
+// where rounds of the namespace overlap).
 func (c *Controller) viewAfterReads(ctx context.Context, namespace string, r *round, view []livePod, x *podindex.Index, read []ownerRef, pending []int, log *slog.Logger) ([]livePod, []int, error) {
 	switch {
 	case len(read) == 0:
 		return view, pending, nil
 	case x == nil:
+		if up := c.indexFor(namespace); up != nil {
+			if now, opaque, ok := c.indexView(namespace, up); ok && !opaque && showsPending(r, now) {
+				return now, c.refresh(r, now, log), nil
+			}
+		}
 		if !c.budgetOf(namespace).listedSince(r.listedAt) {
 			return view, pending, nil
 		}
