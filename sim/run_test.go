@@ -934,7 +934,7 @@ func (w *world) generate() {
 			// meanwhile: the fix excuses only the ones it adds.
 			ok := d.kind + "/" + d.name
 			owed := map[*pod]map[string]string{}
-			for _, a := range w.annotatedObjects(d.ns) {
+			for _, a := range w.annotatedAnyway(d.ns) {
 				for _, p := range w.alivePods() {
 					if a.kind+"/"+a.name == ok && w.selects(a, p) {
 						owed[p] = p.excused[ok]

@@ -375,7 +375,17 @@ type annotated struct {
 // annotatedObjects returns the data objects of ns the controller acts for
 // now (watched, consenting namespace, a valid annotation).
 func (w *world) annotatedObjects(ns string) []annotated {
-	if !w.watched[ns] || (w.consent && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true") {
+	if w.consent && labelsOf(w.api.get(key{"namespaces", "", ns}))[consentLabel] != "true" {
+		return nil
+	}
+	return w.annotatedAnyway(ns)
+}
+
+// annotatedAnyway returns the annotated objects of ns as annotatedObjects
+// does, whether or not ns has opted in: what its objects select while it
+// is out is what they select once it opts in again.
+func (w *world) annotatedAnyway(ns string) []annotated {
+	if !w.watched[ns] {
 		return nil
 	}
 	var out []annotated
@@ -483,10 +493,12 @@ func current(a annotated, p *pod) bool {
 
 // selectionEdit runs edit, then excuses every pod it made some object
 // select: a selection changed is no data change (the state model restarts
-// nothing for it).
+// nothing for it), nor is it one made while the namespace had opted out
+// (docs/operations.md: an object that carries a record is judged by it at
+// the opt-in, as after a restart of the controller).
 func (w *world) selectionEdit(ns string, edit func()) {
 	before := map[string]bool{}
-	for _, a := range w.annotatedObjects(ns) {
+	for _, a := range w.annotatedAnyway(ns) {
 		for _, p := range w.alivePods() {
 			if w.selects(a, p) {
 				before[a.kind+"/"+a.name+"/"+p.uid] = true
@@ -494,7 +506,7 @@ func (w *world) selectionEdit(ns string, edit func()) {
 		}
 	}
 	edit()
-	for _, a := range w.annotatedObjects(ns) {
+	for _, a := range w.annotatedAnyway(ns) {
 		for _, p := range w.alivePods() {
 			if w.selects(a, p) && !before[a.kind+"/"+a.name+"/"+p.uid] {
 				if p.excused == nil {
