@@ -188,6 +188,7 @@ func (c *Controller) observe(obj object) bool {
 	}
 	reborn := !first && !e.exists && e.obj.uid != obj.uid
 	gone := e.obj.hash // the data it had when it was deleted
+	seenAt := e.seenAt
 	c.takeView(e, obj)
 	if reborn && (e.r == e.obj.hash || e.i.hash == e.obj.hash || gone == e.obj.hash) && c.startedWhileGone(e) {
 		// Created again with the data its pods were restarted for, that
@@ -198,9 +199,16 @@ func (c *Controller) observe(obj object) bool {
 		// are mixed, beyond what an intent names, since the re-creation,
 		// which the round's membership counts from (a pod created after
 		// the change was seen is otherwise taken to run it). Other data
-		// is a change seen now, before which such a pod was created.
+		// is a change seen now, before which such a pod was created; so
+		// is the same data: every round over these mixed pods counts
+		// from here, not only the first (one superseded before its first
+		// restart, by a selector refused then fixed, leaves mixedIntent,
+		// and the next begins later, when a pod created meanwhile runs
+		// the data).
 		e.i = mixedIntent
-		e.seenAt, e.seenFloor, e.mark = 0, 0, nil
+		if e.seenAt == seenAt {
+			c.seenNow(e)
+		}
 	}
 	c.setExists(e, true)
 	return e.decide(c.recordsOnServer()) != stepNothing
@@ -244,9 +252,7 @@ func (c *Controller) takeView(e *entry, obj object) {
 	changed := e.changed
 	verdict := e.apply(obj)
 	if !e.changed.Equal(changed) {
-		e.seenFloor = c.shownUpTo(obj.namespace) // before the moment: no later than it
-		e.seenAt = c.moment.Add(1)
-		e.mark = c.noteSeen(obj.namespace)
+		c.seenNow(e)
 		if !changed.IsZero() {
 			c.noteChange(e, e.changed)
 		}
@@ -260,6 +266,14 @@ func (c *Controller) takeView(e *entry, obj object) {
 		// Nothing tells which data the pods run: adopt it as it is now.
 		e.r, e.rKeys, e.adopted = e.obj.hash, e.obj.keys, true
 	}
+}
+
+// seenNow takes this moment as the one e's change was seen at (entry.seenAt).
+// c.mu must be held.
+func (c *Controller) seenNow(e *entry) {
+	e.seenFloor = c.shownUpTo(e.obj.namespace) // before the moment: no later than it
+	e.seenAt = c.moment.Add(1)
+	e.mark = c.noteSeen(e.obj.namespace)
 }
 
 // stateOf returns a Secret's state as its state ConfigMap shows it: none if

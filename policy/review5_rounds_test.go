@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,4 +228,61 @@ func TestRecreatedMidRoundRestartsPodsStartedWhileItWasGone(t *testing.T) {
 	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
 	settle(t, c)
 	assert.Contains(t, api.deletedPods(), "webapp-4", "it runs none of the data")
+}
+
+// TestRecreatedWithPodsMixedLeavesPodsCreatedAfterTheRecreation ensures
+// an object created again with the data its pods were being restarted
+// for, a pod having started while it was gone, counts its mixed pods from
+// the re-creation: a pod created after it runs the data, and a round begun
+// later (its worker busy, or its first round superseded by a selector
+// refused then fixed, simulator seed 3285) leaves it.
+func TestRecreatedWithPodsMixedLeavesPodsCreatedAfterTheRecreation(t *testing.T) {
+	api := newFakeAPI(t, webPods()...)
+	api.listsAtRevision = true // the mark's LIST answers the revision of the latest write
+	var c *Controller
+	var once sync.Once
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
+	x := mirror(t, api, func(fakePod) *fakePod {
+		var started *fakePod
+		once.Do(func() {
+			// Deleted mid-round; a pod starts while it is gone.
+			handle(t, c, watch.Deleted, cm)
+			p := api.addPodLocked("webapp-4", map[string]string{"app": "webapp"})
+			started = &p
+		})
+		return started
+	})
+	release := make(chan struct{})
+	var hold sync.Once
+	api.fault = func(r request) (int, string, bool) {
+		if r.method == http.MethodDelete && strings.HasSuffix(r.path, "/db-1") {
+			hold.Do(func() { <-release }) // the db round holds the only worker
+		}
+		return 0, "", false
+	}
+	c, _ = newTestController(t, api.client(), withIndex(Config{RecordHash: true, Workers: 1}, x))
+	start(t, c)
+	t.Cleanup(sync.OnceFunc(func() { close(release) })) // before the controller is stopped
+	handle(t, c, watch.Modified, cm)
+	require.Eventually(t, func() bool { return len(api.deletedPods()) > 0 }, waitFor, time.Millisecond)
+	settle(t, c)
+
+	handle(t, c, watch.Modified, cmSpec{name: "db-config", uid: "uid-db", selector: ptr("app=db"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(api.seen(http.MethodDelete, "pods"), func(r request) bool { return strings.HasSuffix(r.path, "/db-1") })
+	}, waitFor, time.Millisecond)
+	handle(t, c, watch.Added, cmSpec{uid: "cm-uid-2", selector: ptr("app=webapp"), data: v2})
+	require.Eventually(t, func() bool { // its mark answered, if one was sent
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		m := c.entries["ns/webapp-config"].mark
+		_, ok := m.resolved()
+		return m == nil || ok
+	}, waitFor, time.Millisecond)
+	api.addReadyShown(t, x, "webapp-5", "", map[string]string{"app": "webapp"}) // it reads the data created again
+	release <- struct{}{}
+	settle(t, c)
+
+	assert.Contains(t, api.deletedPods(), "webapp-4", "it runs none of the data")
+	assert.NotContains(t, api.deletedPods(), "webapp-5", "created after the re-creation was seen")
 }
