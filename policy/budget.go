@@ -442,16 +442,6 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 		shownNone bool
 	}
 	byOwner := map[string]*ownerCount{}
-	// stillWanted marks the owner of ref as shownNone where the view shows
-	// none of its pods the round selects.
-	stillWanted := func(ref ownerRef) {
-		switch o := byOwner[ref.uid]; {
-		case o == nil:
-			byOwner[ref.uid] = &ownerCount{ref: ref, shownNone: true}
-		case o.selected == 0:
-			o.shownNone = true
-		}
-	}
 	available := 0
 	b.noteShown(view)
 	for i := range view {
@@ -511,6 +501,23 @@ func (c *Controller) count(b *namespaceBudget, r *round, view []livePod, now tim
 	}
 	if r.owners == nil {
 		r.owners = map[string]ownerRef{}
+	}
+	// stillWanted marks the owner of ref as shownNone where the view shows
+	// none of its pods the round selects: none at all, or only others
+	// while a pod of it the round selected is gone with its replacement
+	// not shown yet (replacementDue). Once shown, a replacement the round
+	// does not select (the pod it replaced labelled by hand, not by the
+	// owner's template) leaves the round none of that owner's pods, and
+	// the owner counts no more, as in the disruption controller's count:
+	// counted on, each restart of its other pods would be one more down
+	// of the round's, and hold the other rounds over them on its budget.
+	stillWanted := func(ref ownerRef) {
+		switch o := byOwner[ref.uid]; {
+		case o == nil:
+			byOwner[ref.uid] = &ownerCount{ref: ref, shownNone: true}
+		case o.selected == 0 && b.replacementDue(r, ref.uid, live):
+			o.shownNone = true
+		}
 	}
 	for _, ref := range r.owners {
 		stillWanted(ref)
@@ -598,6 +605,20 @@ func (b *namespaceBudget) noteShown(view []livePod) {
 			}
 		}
 	}
+}
+
+// replacementDue reports whether a pod of owner that round r selects (or
+// an earlier process's restart, which may be one) was restarted and is
+// gone, and the owner's restarts are owed a replacement not shown yet:
+// until each has one, a replacement still to come may be r's. b.mu must
+// be held.
+func (b *namespaceBudget) replacementDue(r *round, owner string, live map[string]string) bool {
+	for uid, chosen := range b.inFlight {
+		if chosen.owner == owner && live[uid] == "" && (chosen.resumed || r.sel.selects(&chosen.shown)) {
+			return b.owed(owner, live, nil) > 0
+		}
+	}
+	return false
 }
 
 // owed returns how many pods of owner the namespace's rounds restarted

@@ -602,6 +602,40 @@ func TestOwnerWithOnlyUnselectedPodsShownStillCounts(t *testing.T) {
 	assert.Zero(t, c.count(b, r, after, now).allowed(), "5 expected, 3 available")
 }
 
+// TestOwnerWhosePodTheRoundSelectedIsReplacedUnselectedCountsNoMore
+// ensures an owner a round counted through one pod it selects (labelled by
+// hand: the owner's template does not carry the label), that pod restarted
+// by another object's round, counts only until the replacement shows: the
+// replacement, from the template, is not the round's, and an owner none of
+// whose pods the round selects counts none of its replicas, as the
+// disruption controller's. Counted on, each restart of that owner's other
+// pods would be one more down of the round's, and the other object's round
+// would wait on this one's budget, spent on its own pods, for nothing.
+func TestOwnerWhosePodTheRoundSelectedIsReplacedUnselectedCountsNoMore(t *testing.T) {
+	c, _ := newTestController(t, newFakeAPI(t).client(), Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}})
+	b := c.budgetOf("ns")
+	batch := ownerRef{apiVersion: "apps/v1", kind: "ReplicaSet", name: "batch-rs", uid: "batch-uid"}
+	web := ownerRef{apiVersion: "apps/v1", kind: "ReplicaSet", name: "web-rs", uid: "web-uid"}
+	pod := func(owner ownerRef, uid, app string, ready bool) livePod {
+		return livePod{podRef: podRef{name: uid, uid: uid, ownerUID: owner.uid}, labels: map[string]string{"app": app}, owner: owner, ready: ready}
+	}
+	labelled := pod(batch, "b1", "webapp", true) // by hand
+	b2, b3 := pod(batch, "b2", "batch", true), pod(batch, "b3", "batch", true)
+	w1, w2 := pod(web, "w1", "webapp", true), pod(web, "w2", "webapp", false) // one of the round's own down
+	r := webappRound(t)
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.count(b, r, []livePod{labelled, b2, b3, w1, w2}, now)
+	b.inFlight[labelled.uid] = restartChosen{at: now, by: "ns/batch-config", pod: labelled.name, owner: batch.uid, count: b.counts, shown: labelled}
+
+	before := []livePod{b2, b3, w1, w2} // no replacement yet
+	assert.False(t, c.count(b, r, before, now).allows(&b2), "the labelled pod's replacement is still due: b2 down would be one more of the round's")
+
+	after := []livePod{pod(batch, "b4", "batch", true), b2, b3, w1, w2}
+	assert.True(t, c.count(b, r, after, now).allows(&b2), "the replacement shown is not the round's: b2 bears on it no more")
+}
+
 // testDS owns daemonSetPod's pods.
 var testDS = ownerRef{apiVersion: "apps/v1", kind: "DaemonSet", name: "web-ds", uid: "ds-uid"}
 
