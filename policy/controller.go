@@ -84,6 +84,11 @@ type Config struct {
 	// selecting any of its pods has changed for this long (settle.go); 0:
 	// at once.
 	Settle time.Duration
+	// Stall, if set, is how long a round's worker is held up before each
+	// wave reads its pods, site naming the round: the simulator's stand-in
+	// for a loaded machine, on which any goroutine may be late (its seed
+	// draws the delays). Unset in the program: never.
+	Stall func(site string) time.Duration
 }
 
 // EventRecorder records a Kubernetes Event; it must not block.
@@ -242,6 +247,20 @@ func (c *Controller) notify() {
 	if c.changed != nil {
 		close(c.changed)
 		c.changed = nil
+	}
+}
+
+// stall holds the calling goroutine for d (Config.Stall), or until ctx is
+// done.
+func (c *Controller) stall(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -101,6 +101,9 @@ var errMembersAdded = errors.New("pods added to the round")
 // (complete) before it is recorded.
 func (c *Controller) wave(ctx context.Context, key string, obj object, r *round, log *slog.Logger) error {
 	r.blocked.Store(nil) // this wave's refusals tell why it stalls
+	if c.cfg.Stall != nil {
+		c.stall(ctx, c.cfg.Stall("wave "+key))
+	}
 	viewAt := time.Now()
 	view, x, err := c.viewOf(ctx, obj.namespace, r)
 	if err != nil {

@@ -40,6 +40,7 @@ type process struct {
 	// counts: its counters at the instant of its SIGKILL, after which no
 	// code of a real process runs (nil: read them at the end).
 	counts map[string]float64
+	stalls *stalls // nil: the machine is not loaded
 }
 
 // startController starts a controller process, wired as the program is.
@@ -49,11 +50,16 @@ func (w *world) startController() {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	env := w.env
+	o := app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn,
+		Wired: func(wi app.Wiring) { p.wiring = wi }}
+	if loaded(w.seed) {
+		p.stalls = newStalls(w.seed, p.gen, w.start)
+		o.Stall = p.stalls.draw
+	}
 	go func() {
 		defer close(p.done)
-		p.err = app.Run(ctx, app.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-			Stdout: io.Discard, Stderr: p.logs, Version: "sim", Revision: "sim", Transport: p.conn,
-			Wired: func(wi app.Wiring) { p.wiring = wi }})
+		p.err = app.Run(ctx, o)
 	}()
 	w.proc, w.procSince = p, w.now()
 	w.procs = append(w.procs, p)

@@ -60,6 +60,9 @@ func simulateLength(t *testing.T, seed uint64, length int) result {
 		res = result{seed: seed, checks: w.checks, trace: w.trace, virtual: w.now(), quiescent: w.quiescent}
 		for _, p := range w.procs {
 			res.logs = append(res.logs, fmt.Sprintf("--- controller %d ---\n%s", p.gen, p.logs.String()))
+			if p.stalls != nil {
+				res.logs = append(res.logs, fmt.Sprintf("--- controller %d: waves held up ---\n%s", p.gen, p.stalls))
+			}
 		}
 	})
 	return res

@@ -52,6 +52,9 @@ type Options struct {
 	// test may read of them while the program runs (the simulator reads
 	// them in its bubble, where no listener serves /metrics).
 	Wired func(Wiring)
+	// Stall, if not nil, holds a round's worker up before each wave
+	// (policy.Config.Stall): the simulator's scheduling noise.
+	Stall func(site string) time.Duration
 }
 
 // Wiring is what Options.Wired is given: read-only views of the parts.
@@ -133,6 +136,7 @@ func Run(ctx context.Context, o Options) error {
 		MaxRestartsPerSecond:  cfg.MaxRestartsPerS,
 		DryRun:                cfg.DryRun,
 		DigestKey:             cfg.DigestKey,
+		Stall:                 o.Stall,
 	}
 	var recorder *events.Recorder
 	if cfg.Events {
