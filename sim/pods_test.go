@@ -173,7 +173,7 @@ func (w *world) reconcile(wl *workload) {
 		live := wl.live()
 		for n := len(live) + wl.creating; n < wl.replicas; n++ {
 			wl.creating++
-			w.after(w.between(100*time.Millisecond, 1500*time.Millisecond), "create "+wl.name, func() {
+			w.after(w.createDelay(wl), "create "+wl.name, func() {
 				wl.creating--
 				if len(wl.live()) < wl.replicas {
 					w.newPod(wl, 0)
@@ -201,7 +201,7 @@ func (w *world) reconcile(wl *workload) {
 				continue
 			}
 			if !slices.ContainsFunc(wl.pods, func(p *pod) bool { return p.alive && p.node == node }) {
-				w.after(w.between(100*time.Millisecond, 1500*time.Millisecond), "create "+wl.name, func() {
+				w.after(w.createDelay(wl), "create "+wl.name, func() {
 					if wl.nodes[node] && !slices.ContainsFunc(wl.pods, func(p *pod) bool { return p.alive && p.node == node }) {
 						w.newPod(wl, node)
 					}
@@ -209,6 +209,26 @@ func (w *world) reconcile(wl *workload) {
 			}
 		}
 	}
+}
+
+// createDelay is how long wl's owner's controller takes to create a pod it
+// lacks. A real one, idle, does within milliseconds of the deletion it
+// watched: the pod index may then show the replacement before the
+// deleting request's answer is back, and before a mark sent earlier
+// answers. A busy one (its queue long, its API calls throttled) takes up
+// to seconds. Which one a workload has is drawn per workload (fastOwner).
+func (w *world) createDelay(wl *workload) time.Duration {
+	if wl.fast {
+		return w.between(5*time.Millisecond, 100*time.Millisecond)
+	}
+	return w.between(100*time.Millisecond, 1500*time.Millisecond)
+}
+
+// fastOwner draws whether wl's owner's controller is fast (createDelay),
+// by hash of the seed and its name, not from the world's generator: the
+// other draws of a seed stay what they were.
+func (w *world) fastOwner(wl *workload) bool {
+	return w.hashed(fmt.Sprintf("fast/%s/%s", wl.ns, wl.name)).IntN(2) == 0
 }
 
 // scale sets a ReplicaSet's replicas, as kubectl scale does.

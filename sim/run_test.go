@@ -623,6 +623,7 @@ func (w *world) setup() {
 	}
 	// Every pod Ready before the controller starts.
 	for _, wl := range w.wls {
+		wl.fast = w.fastOwner(wl)
 		for _, p := range wl.pods {
 			p.ready, p.readySince = true, 0
 			w.storePod(p)
@@ -841,7 +842,7 @@ func (w *world) generate() {
 			old := pick(w, rss)
 			w.uids++
 			nw := &workload{kind: "ReplicaSet", ns: old.ns, name: fmt.Sprintf("%s-%d", old.labels["app"], w.uids), uid: fmt.Sprintf("owner-%d", w.uids),
-				labels: maps.Clone(old.labels), refs: old.refs}
+				labels: maps.Clone(old.labels), refs: old.refs, fast: old.fast}
 			w.wls = append(w.wls, nw)
 			w.logf("world: rollout: ReplicaSet %s/%s replaces %s", nw.ns, nw.name, old.name)
 			w.scale(nw, old.replicas)

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/base64"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -49,6 +50,10 @@ type workload struct {
 	// outside the DaemonSet controller shows that it wants one more.
 	returning map[int]bool
 	creating  int // replacements scheduled, not yet created
+	// fast: its owner's controller creates a replacement within
+	// milliseconds, as a ReplicaSet or DaemonSet controller with nothing
+	// else to do does (createDelay).
+	fast bool
 	// scaled are the ReplicaSet's changes of replicas, oldest first;
 	// scaleRead, when each controller (by its generation) was last
 	// answered its scale.
@@ -261,6 +266,15 @@ func (w *world) between(lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+// hashed returns a generator drawn from the seed and what, not from the
+// world's: a draw added to the generator that leaves the seed's other
+// draws as they were.
+func (w *world) hashed(what string) *rand.Rand {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", w.seed, what)
+	return rand.New(rand.NewPCG(h.Sum64(), 0x4a54))
 }
 
 func (w *world) chance(p float64) bool { return w.rng.Float64() < p }
