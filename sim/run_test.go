@@ -180,6 +180,9 @@ func (w *world) drawFate(r *request) fate {
 	if w.chance(w.faults.lostRate) {
 		return fate{lost: true, gateway: w.chance(0.5)}
 	}
+	if b := w.faults.slowBase; b > 0 {
+		return fate{delay: b*4/5 + w.between(0, b*2/5)}
+	}
 	if w.chance(w.faults.slowRate) {
 		// Most within the wait docs/design.md gives an answer (lateAnswer),
 		// some beyond it.
@@ -1077,11 +1080,24 @@ func (w *world) generate() {
 			})
 		}},
 		{3, "slow answers", func() {
-			w.faults.slowRate = 0.5
-			w.logf("fault: half the answers held after the server acted")
+			// Half the spans scatter: half the answers held, each its own
+			// time. In the other half the server is overloaded: every
+			// answer is held about one time, the span's (drawn by hash,
+			// not from the world's generator, so that the seed's other
+			// draws stay what they were), so that answers sent in order
+			// come back in order, each later than the index's watch
+			// shows what the request did.
 			from := w.now()
+			if h := w.hashed(fmt.Sprintf("slow/%d", from)); h.IntN(2) == 0 {
+				w.faults.slowRate = 0.5
+				w.logf("fault: half the answers held after the server acted")
+			} else {
+				w.faults.slowRate = 1
+				w.faults.slowBase = 50*time.Millisecond + time.Duration(h.Int64N(int64(400*time.Millisecond)))
+				w.logf("fault: every answer held about %s after the server acted", w.faults.slowBase.Round(time.Millisecond))
+			}
 			w.after(w.between(3*time.Second, 20*time.Second), "slow answers end", func() {
-				w.faults.slowRate = 0
+				w.faults.slowRate, w.faults.slowBase = 0, 0
 				w.slowSpans = append(w.slowSpans, span{from, w.now()})
 				w.logf("fault: slow answers end")
 			})
@@ -1168,7 +1184,7 @@ func (w *world) setConsent(ns string, in bool) {
 // quiet time.
 func (w *world) heal() {
 	w.logf("event: heal")
-	w.faults.errRate, w.faults.lostRate, w.faults.slowRate = 0, 0, 0
+	w.faults.errRate, w.faults.lostRate, w.faults.slowRate, w.faults.slowBase = 0, 0, 0, 0
 	for _, d := range w.dataObjects() {
 		cur := w.dataOf(d.kind, d.ns, d.name)
 		if cur != nil && hasBad(cur) {

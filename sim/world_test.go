@@ -185,6 +185,9 @@ type world struct {
 
 	faults struct {
 		errRate, lostRate, slowRate float64
+		// slowBase, if set, is an overloaded server's latency: every
+		// answer is held about that long (slowRate is 1).
+		slowBase time.Duration
 	}
 	proc      *process
 	stopping  *process // SIGTERMed, not exited yet
