@@ -1079,7 +1079,10 @@ func (w *world) generate() {
 				w.logf("fault: lost answers end")
 			})
 		}},
-		{3, "slow answers", func() {
+		{6, "slow answers", func() {
+			// Twice the weight of 5xx or lost answers: an overloaded API
+			// server is a busy cluster's everyday state, not a rare
+			// outage, and its answers race the pod index's watch.
 			// Half the spans scatter: half the answers held, each its own
 			// time. In the other half the server is overloaded: every
 			// answer is held about one time, the span's (drawn by hash,
