@@ -15,7 +15,7 @@ import (
 // are carried out. The simulator has no CPU time of its own: without this,
 // a worker runs in the instant it is woken.
 //
-// One seed in four runs loaded; there a wave is held up, one time in five,
+// One seed in four runs loaded; there a wave is held up, one time in two,
 // for up to a second of virtual time. A delay is drawn from the seed, the
 // process and the wave's place in its round's sequence, not from the
 // world's generator: waves of different rounds ask in an order goroutine
@@ -44,7 +44,7 @@ func (s *stalls) draw(site string) time.Duration {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%s/%d", s.key, site, n)
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x57a11))
-	if rng.Float64() >= 0.2 {
+	if rng.Float64() >= 0.5 {
 		return 0
 	}
 	d := time.Duration(rng.Int64N(int64(time.Second)))
