@@ -756,7 +756,7 @@ func (w *world) checkPrompt() {
 			switch {
 			case !ok:
 				w.waitSince[k] = now
-			case now-since > 3*time.Second+w.haltedLook(a) && since >= 0:
+			case now-since > 3*time.Second+w.haltedLook(a)+w.stalled(since, now) && since >= 0:
 				w.violate("prompt", "the round of %s waited %.1fs while %s/%s was Ready, not on its data, and every budget allowed its restart", k, (now - since).Seconds(), ready.ns, ready.name)
 				w.waitSince[k] = -1 // said once
 			}

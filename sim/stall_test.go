@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,7 @@ type stalls struct {
 	mu    sync.Mutex
 	n     map[string]int // site -> times asked
 	held  []string       // what was held up, for the report
+	spans []span         // when, in the world's time
 }
 
 // loaded: seed runs on a loaded machine.
@@ -48,7 +51,9 @@ func (s *stalls) draw(site string) time.Duration {
 		return 0
 	}
 	d := time.Duration(rng.Int64N(int64(time.Second)))
-	s.held = append(s.held, fmt.Sprintf("%9.3fs %s held %s", time.Since(s.start).Seconds(), site, d.Round(time.Millisecond)))
+	now := time.Since(s.start)
+	s.held = append(s.held, fmt.Sprintf("%9.3fs %s held %s", now.Seconds(), site, d.Round(time.Millisecond)))
+	s.spans = append(s.spans, span{now, now + d})
 	return d
 }
 
@@ -57,4 +62,29 @@ func (s *stalls) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Join(s.held, "\n")
+}
+
+// stalled returns how long the controllers' waves were held up in [from,
+// to], the spans of one process that overlap counted once: time a loaded
+// machine did not run the worker is no wait of the product's (prompt).
+func (w *world) stalled(from, to time.Duration) time.Duration {
+	var spans []span
+	for _, p := range w.procs {
+		if p.stalls == nil {
+			continue
+		}
+		p.stalls.mu.Lock()
+		spans = append(spans, p.stalls.spans...)
+		p.stalls.mu.Unlock()
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	var total, end time.Duration
+	for _, s := range spans {
+		lo, hi := max(s.from, from, end), min(s.to, to)
+		if hi > lo {
+			total += hi - lo
+		}
+		end = max(end, s.to)
+	}
+	return total
 }
