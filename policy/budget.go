@@ -686,7 +686,8 @@ func owedOf(gone, since []uint64) int {
 // term took before (round.owes: else its own restarts are in flight
 // already, and those gone by other hands owed nothing), the pods it names
 // that view does not show, less the owned pods it selects and does not
-// name (created since the round began: replacements, of any owner), as
+// name (created since the round began: replacements, of any owner; shown,
+// or restarted by a round of this term and gone since), as
 // restarts of an earlier process's round in flight from now (for
 // leftAfter: restartChosen.resumed): their replacements may not exist yet
 // (owed). Less again those whose replacements the restarts of this term
@@ -735,6 +736,15 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 			since++
 		}
 	}
+	// So are those a round of this term restarted since, gone now: a
+	// named pod's replacement restarted again before this round took its
+	// view, whose own replacement its restart in flight owes already.
+	live := ownedLive(view)
+	for uid, chosen := range b.inFlight {
+		if p := &chosen.shown; !chosen.resumed && !r.only[uid] && live[uid] == "" && p.owned() && p.owner.uid == owner && r.sel.selects(p) {
+			since++
+		}
+	}
 	owed := -since
 	for uid := range theirs {
 		if !shown[uid] {
@@ -744,7 +754,7 @@ func (b *namespaceBudget) oweResumed(r *round, view []livePod, now time.Time) {
 	// Those of them another round of this term restarted, their
 	// replacements still to come, are owed by their own restarts in flight
 	// already: owed again here, a missing replacement would count twice.
-	owed -= b.owed(owner, ownedLive(view), theirs)
+	owed -= b.owed(owner, live, theirs)
 	if owed <= 0 {
 		return
 	}

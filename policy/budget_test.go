@@ -551,6 +551,24 @@ func TestResumedRoundOwesNoReplacementARestartInFlightOwes(t *testing.T) {
 	}
 }
 
+// TestResumedRoundOwesNoneWhoseReplacementThisTermRestarted ensures a
+// round that resumes an intent naming a DaemonSet's n0 (gone: the earlier
+// process restarted it) and n1 (shown) owes n0 no replacement where n0's
+// replacement was shown to this process and restarted by another object's
+// round of this term before this one took its view: that restart in flight
+// owes the one replacement n0's node lacks, and owed again, the estimate
+// counted one pod more for leftAfter, holding every round over the
+// DaemonSet (simulator seed 4814).
+func TestResumedRoundOwesNoneWhoseReplacementThisTermRestarted(t *testing.T) {
+	view := []livePod{daemonSetPod("n1", "n1")}
+	b := &namespaceBudget{inFlight: map[string]restartChosen{}}
+	b.noteShown([]livePod{daemonSetPod("n0-r", "n0"), daemonSetPod("n1", "n1")})
+	b.inFlight["n0-r"] = restartChosen{at: time.Now(), by: "ns/other", pod: "n0-r", owner: testDS.uid, count: b.counts, node: "n0", shown: daemonSetPod("n0-r", "n0")}
+	b.oweResumed(webappRound(t, "n0", "n1"), view, time.Now())
+	assert.Len(t, b.inFlight, 1, "no resumed restart owed beside n0-r's")
+	assert.Equal(t, 1, b.owed(testDS.uid, ownedLive(view), nil), "one replacement still to come, on n0")
+}
+
 // TestResumedRestartIsOwedForLeftAfter ensures the replacement a resumed
 // round owes for a gone pod its intent names (an earlier process's
 // restart, or a pod gone with a DaemonSet's node removed while no replica
