@@ -27,9 +27,18 @@ var ciSeeds = []uint64{12, 13, 14, 15, 17, 18, 20, 21, 23, 28, 29}
 // set until it is fixed. "k/10": failed in k of 10 replays. Any change to
 // what the generator draws (a new kind of event) moves every seed: the list
 // is then made again from a `make sim SEEDS=1-300` run (this one from the
-// failures of seeds 1-10000, read one by one, and a run of seeds 1-10000
-// on the code with their fixes).
-var knownBugSeeds = map[uint64]string{}
+// failures of seeds 1-10000 once the simulator drew a loaded machine, fast
+// owners and an overloaded server, read one by one).
+var knownBugSeeds = map[uint64]string{
+	1425: "budget: a change waiting for its round counts in other rounds' budgets through a round otherRounds builds afresh each wave, with no memory of the pods that left: a DaemonSet pod deleted by others drops out of its expected count at once, not after leftAfter, and another object's wave restarts a pod both select (the namespace opted out and in, the resumed round of another object first)",
+	1443: "converge: a change held back by a storm's gate leaves pods created meanwhile on the data in between; the next round narrows keys against the record R (keys.go narrow), so a key changed and set back to R's value restarts none of them",
+	2867: "once: a change seen with no round in progress and a worker free sends no mark (mark.go noteSeen); its round's first wave is held up (a loaded machine), and pods created meanwhile (a scale-up) are taken",
+	3595: "once: a round whose first wave lists its pods while the pod index relists after a 410 applies no cutoff (takeCutoff with x == nil), though the index saw the pod created after the change's answered mark",
+	4995: "once: the family of 2867 (no mark, a late first wave)",
+	7564: "prompt, a check error: a round a fault failed waits out its documented retry backoff (up to 30 s), but the check takes the controller as calm 20 s after the last fault",
+	8154: "budget: restarts beyond MAX_CONCURRENT_RESTARTS wait for a slot and are then sent on the count that chose them, without the budget of another object whose change was seen meanwhile",
+	8557: "prompt, a check error (8/12 replays): a restart held by the budget of another object's round still in progress (its last replacements not yet available), as design.md documents; the check leaves out that object's budget as every pod it selects runs its data (owesRound false)",
+}
 
 // result is what one run left.
 type result struct {
