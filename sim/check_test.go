@@ -715,10 +715,11 @@ func (w *world) convergeWindow(a annotated, p *pod) string {
 // halted without an index, 13 s: haltedLook) while a pod it waits for is
 // Ready and every budget that counts it allows its restart.
 // Judged only where the ground truth can tell: objects selecting by labels
-// alone, a controller running for 20 s with no fault meanwhile, its watches
-// open, no bad data in the namespace, no freeze (frozen), no storm, no
-// SETTLE wait (settledSince), no change in the last 2 s, no DaemonSet node
-// lost within the window noteNodeLost says.
+// alone, a controller running for 20 s with no fault meanwhile and no
+// retry backoff left (retrying), its watches open, no bad data in the
+// namespace, no freeze (frozen), no storm, no SETTLE wait (settledSince),
+// no change in the last 2 s, no DaemonSet node lost within the window
+// noteNodeLost says.
 func (w *world) checkPrompt() {
 	if w.waitSince == nil {
 		w.waitSince = map[string]time.Duration{}
@@ -735,7 +736,7 @@ func (w *world) checkPrompt() {
 		for _, a := range objs {
 			k := dataKey(a.kind, a.ns, a.name)
 			estimating := now < w.nodeLost[ns] || w.resumedAfterNodeLost(ns, now)
-			if !calm || bad || w.frozen(a) || a.sel == nil || a.byRef || w.storm(a) || now-w.settledSince(a, objs, settle) < settle+2*time.Second || !w.viewsStream(a) || estimating {
+			if !calm || bad || w.retrying(a, now) || w.frozen(a) || a.sel == nil || a.byRef || w.storm(a) || now-w.settledSince(a, objs, settle) < settle+2*time.Second || !w.viewsStream(a) || estimating {
 				delete(w.waitSince, k)
 				continue
 			}
@@ -762,6 +763,27 @@ func (w *world) checkPrompt() {
 			}
 		}
 	}
+}
+
+// maxBackOff is the longest retry backoff of a round a fault failed
+// (docs/design.md: 0.8 s doubling, 30 s cap; apiclient.RetryDelay).
+const maxBackOff = 30 * time.Second
+
+// retrying reports whether a's round may be waiting out its retry
+// backoff: a request sent for it (a's object, or a pod of its namespace:
+// a list, a restart) was failed by a fault (a 5xx, a 504 by a proxy, an
+// answer lost) less than maxBackOff ago. The backoff is the documented
+// wait, and it outlasts the 20 s calm after the fault.
+func (w *world) retrying(a annotated, now time.Duration) bool {
+	for _, f := range slices.Backward(w.faulted) {
+		if now-f.at > maxBackOff {
+			return false
+		}
+		if (f.ns == a.ns || f.ns == "") && f.res == "pods" || f.ns == a.ns && f.res == a.kind && f.name == a.name {
+			return true
+		}
+	}
+	return false
 }
 
 // settledSince is when the SETTLE wait of a's round began: a's last
@@ -915,7 +937,8 @@ func (w *world) viewsStream(a annotated) bool {
 // no round's delay. An object whose round is owed counts even where p
 // runs its data (a replacement of that round): a wave keeps the budget of
 // every round that selects the pod, begun or not yet (docs/design.md,
-// waves), and restarting p would take that round's pods below it.
+// waves), and restarting p would take that round's pods below it; so does
+// one whose round may not have ended (replacing).
 func (w *world) budgetAllows(p *pod) bool {
 	for _, a := range w.annotatedObjects(p.ns) {
 		switch {
@@ -923,7 +946,7 @@ func (w *world) budgetAllows(p *pod) bool {
 			if !w.owesRound(a) {
 				continue
 			}
-		case !w.selects(a, p) || (current(a, p) && !w.owesRound(a)):
+		case !w.selects(a, p) || (current(a, p) && !w.owesRound(a) && !w.replacing(a)):
 			continue
 		}
 		expected, available := w.counts(a, p, w.selects)
@@ -947,6 +970,28 @@ func (w *world) owesRound(a annotated) bool {
 	for _, q := range w.alivePods() {
 		if w.selects(a, q) && current(a, q) && w.proc != nil && w.window(q, []annotated{a}, w.proc.gen) != "" {
 			return true
+		}
+	}
+	return false
+}
+
+// replacing reports whether a's round may still be in progress with
+// every pod it selects on its data: a pod it selects was restarted since
+// a's last change and a replacement of it is not yet available. Until it
+// is, the round has not ended, and docs/design.md (waves) counts its
+// budget "for every round that selects a candidate or another pod of its
+// owner". The ground truth cannot tell whose round sent that restart, so
+// any restart counts.
+func (w *world) replacing(a annotated) bool {
+	last := w.lastChange(a)
+	for _, r := range w.alivePods() {
+		if !w.selects(a, r) || w.available(r) || r.wl.kind == "" {
+			continue
+		}
+		for _, q := range r.wl.pods {
+			if q.restarted && q.restartSent >= last && r.created >= q.restartSent && (r.wl.kind != "DaemonSet" || q.node == r.node) {
+				return true
+			}
 		}
 	}
 	return false

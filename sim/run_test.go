@@ -208,6 +208,11 @@ func (w *world) answer(r *request, f fate) (answer, bool) {
 		w.podLists = append(w.podLists, podList{gen: r.conn.gen, ns: rt.k.ns, at: w.now()})
 		r.podList, r.served = cmp.Or(rt.k.ns, "*"), w.now()
 	}
+	if f.code != 0 || f.lost {
+		if rt, ok := parse(r.path); ok {
+			w.faulted = append(w.faulted, faultedAt{w.now(), rt.k})
+		}
+	}
 	if code := f.code; code != 0 {
 		w.logf("api: %d %s -> %d (fault)", r.conn.gen, r, code)
 		w.requestCause(r, code, true)

@@ -35,9 +35,7 @@ var knownBugSeeds = map[uint64]string{
 	2867: "once: a change seen with no round in progress and a worker free sends no mark (mark.go noteSeen); its round's first wave is held up (a loaded machine), and pods created meanwhile (a scale-up) are taken",
 	3595: "once: a round whose first wave lists its pods while the pod index relists after a 410 applies no cutoff (takeCutoff with x == nil), though the index saw the pod created after the change's answered mark",
 	4995: "once: the family of 2867 (no mark, a late first wave)",
-	7564: "prompt, a check error: a round a fault failed waits out its documented retry backoff (up to 30 s), but the check takes the controller as calm 20 s after the last fault",
 	8154: "budget: restarts beyond MAX_CONCURRENT_RESTARTS wait for a slot and are then sent on the count that chose them, without the budget of another object whose change was seen meanwhile",
-	8557: "prompt, a check error (8/12 replays): a restart held by the budget of another object's round still in progress (its last replacements not yet available), as design.md documents; the check leaves out that object's budget as every pod it selects runs its data (owesRound false)",
 }
 
 // result is what one run left.

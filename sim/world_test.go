@@ -103,6 +103,12 @@ type pod struct {
 	returned bool
 }
 
+// faultedAt is a request a fault failed: when, and what it was for.
+type faultedAt struct {
+	at time.Duration
+	key
+}
+
 // data is one data object's ground truth history.
 type data struct {
 	kind, ns, name string
@@ -220,6 +226,7 @@ type world struct {
 	downSince        time.Duration // the controller not running since (-1: running)
 	downs            []span        // when no controller ran
 	faultSpans       []span        // when requests failed or answers were lost
+	faulted          []faultedAt   // the requests a fault failed, in time order (checkPrompt)
 	slowSpans        []span        // when answers were held after the server acted
 	lateViews        []span        // a list of ConfigMaps, Secrets or Namespaces: from its effect to its held answer
 	selChanged       map[string]time.Duration
