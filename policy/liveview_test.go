@@ -381,22 +381,7 @@ func TestWaveCountsOnTheIndexAfterItsScaleReads(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeAPI(t, owned("webapp", 4)...)
 			x := mirror(t, api, nil)
-			var read atomic.Bool
-			api.fault = func(r request) (int, string, bool) {
-				if strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) {
-					api.mu.Lock()
-					ev := tt.meanwhile(api, api.pods["webapp-4"])
-					api.mu.Unlock()
-					x.Handle(ev)
-				}
-				return 0, "", false
-			}
-			cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-			c, m := startWaves(t, api.client(), cfg, x)
-
-			handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-			require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
-			require.True(t, read.Load(), "the scale was read")
+			waveWithScaleReadMeanwhile(t, api, x, func() { x.Handle(tt.meanwhile(api, api.pods["webapp-4"])) })
 			assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
 		})
 	}
@@ -466,29 +451,17 @@ func TestWaveListsAgainWhenANewerListAnsweredDuringItsReads(t *testing.T) {
 func TestWaveCountsOnAnIndexSyncedDuringItsScaleReads(t *testing.T) {
 	api := newFakeAPI(t, owned("webapp", 4)...)
 	x := podindex.New(slog.New(slog.NewTextHandler(io.Discard, nil))) // not listed yet
-	var read atomic.Bool
-	api.fault = func(r request) (int, string, bool) {
-		if strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) {
-			api.mu.Lock()
-			p := api.pods["webapp-4"] // its probe fails
-			api.revision++
-			p.ready, p.version, p.readySince = false, api.revision, time.Now()
-			x.BeginList() // it lists now, and shows the probe's failure
-			for _, p := range api.pods {
-				x.Handle(podEvent(t, watch.Synced, *p))
-			}
-			x.EndList()
-			x.Progress(strconv.FormatUint(api.revision, 10))
-			api.mu.Unlock()
+	waveWithScaleReadMeanwhile(t, api, x, func() {
+		p := api.pods["webapp-4"] // its probe fails
+		api.revision++
+		p.ready, p.version, p.readySince = false, api.revision, time.Now()
+		x.BeginList() // it lists now, and shows the probe's failure
+		for _, p := range api.pods {
+			x.Handle(podEvent(t, watch.Synced, *p))
 		}
-		return 0, "", false
-	}
-	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
-	c, m := startWaves(t, api.client(), cfg, x)
-
-	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
-	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
-	require.True(t, read.Load(), "the scale was read")
+		x.EndList()
+		x.Progress(strconv.FormatUint(api.revision, 10))
+	})
 	require.NotEmpty(t, api.podLists(), "the wave listed: the index had not synced")
 	assert.Empty(t, api.removedPods(), "4 expected, 3 available with a budget of 1: no pod may go")
 }
@@ -1110,4 +1083,25 @@ func TestLastLookReportsOnlyPodsLongNotReady(t *testing.T) {
 			})
 		})
 	}
+}
+
+// waveWithScaleReadMeanwhile runs the waves of one change over api's pods
+// on index x (MAX_UNAVAILABLE=1), calling meanwhile, api.mu held, during
+// the first scale read, and returns once the round waits or restarted.
+func waveWithScaleReadMeanwhile(t *testing.T, api *fakeAPI, x *podindex.Index, meanwhile func()) {
+	var read atomic.Bool
+	api.fault = func(r request) (int, string, bool) {
+		if strings.HasSuffix(r.path, "/scale") && read.CompareAndSwap(false, true) {
+			api.mu.Lock()
+			meanwhile()
+			api.mu.Unlock()
+		}
+		return 0, "", false
+	}
+	cfg := Config{RecordHash: true, MaxUnavailable: Budget{Pods: 1}, ProgressDeadline: time.Hour}
+	c, m := startWaves(t, api.client(), cfg, x)
+
+	handle(t, c, watch.Modified, cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2})
+	require.Eventually(t, func() bool { return m.Reconciles.Value(resultWaiting) >= 1 || len(api.removedPods()) > 0 }, waitFor, time.Millisecond)
+	require.True(t, read.Load(), "the scale was read")
 }

@@ -204,20 +204,7 @@ func TestRecreatedWithTheDataOfAChangeNotYetActedOnRestartsPodsStartedWhileItWas
 func TestRecreatedMidRoundRestartsPodsStartedWhileItWasGone(t *testing.T) {
 	api := newFakeAPI(t, webPods()...)
 	var c *Controller
-	var once sync.Once
-	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
-	x := mirror(t, api, func(fakePod) *fakePod {
-		var started *fakePod
-		once.Do(func() {
-			// The object is deleted while the round's first DELETE is
-			// answered, and a pod starts, its optional reference finding
-			// nothing.
-			handle(t, c, watch.Deleted, cm)
-			p := api.addPodLocked("webapp-4", map[string]string{"app": "webapp"})
-			started = &p
-		})
-		return started
-	})
+	cm, x := deletedMidRound(t, api, &c)
 	c, _ = newTestController(t, api.client(), withIndex(Config{RecordHash: true}, x))
 	start(t, c)
 	handle(t, c, watch.Modified, cm)
@@ -240,18 +227,7 @@ func TestRecreatedWithPodsMixedLeavesPodsCreatedAfterTheRecreation(t *testing.T)
 	api := newFakeAPI(t, webPods()...)
 	api.listsAtRevision = true // the mark's LIST answers the revision of the latest write
 	var c *Controller
-	var once sync.Once
-	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
-	x := mirror(t, api, func(fakePod) *fakePod {
-		var started *fakePod
-		once.Do(func() {
-			// Deleted mid-round; a pod starts while it is gone.
-			handle(t, c, watch.Deleted, cm)
-			p := api.addPodLocked("webapp-4", map[string]string{"app": "webapp"})
-			started = &p
-		})
-		return started
-	})
+	cm, x := deletedMidRound(t, api, &c)
 	release := make(chan struct{})
 	var hold sync.Once
 	api.fault = func(r request) (int, string, bool) {
@@ -285,4 +261,23 @@ func TestRecreatedWithPodsMixedLeavesPodsCreatedAfterTheRecreation(t *testing.T)
 
 	assert.Contains(t, api.deletedPods(), "webapp-4", "it runs none of the data")
 	assert.NotContains(t, api.deletedPods(), "webapp-5", "created after the re-creation was seen")
+}
+
+// deletedMidRound returns cm (selecting app=webapp, v1 recorded, v2 its
+// data) and an index of api's pods in which, while the round's first
+// DELETE is answered, cm is deleted (shown to *c) and webapp-4 starts, its
+// optional reference finding nothing.
+func deletedMidRound(t *testing.T, api *fakeAPI, c **Controller) (cmSpec, *podindex.Index) {
+	var once sync.Once
+	cm := cmSpec{selector: ptr("app=webapp"), recorded: hashOf(t, v1), data: v2}
+	x := mirror(t, api, func(fakePod) *fakePod {
+		var started *fakePod
+		once.Do(func() {
+			handle(t, *c, watch.Deleted, cm)
+			p := api.addPodLocked("webapp-4", map[string]string{"app": "webapp"})
+			started = &p
+		})
+		return started
+	})
+	return cm, x
 }
